@@ -1,0 +1,14 @@
+"""autosched's language and compiler: tensor expressions, ComputeDAG, States, lowering, codegen."""
+from .dtype import INDEX
+from .expr import (Expr, Var, IterVar, Const, Reduce, TensorRead, const, cast, select, all_of,
+                   sum, max, min, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, abs, pow, floor, ceil,
+                   max_value, min_value)
+from .tensor import Tensor, Operation, PlaceholderOp, ComputeOp, placeholder, compute, reduce_axis
+from .simplify import simplify
+from .dag import ComputeDAG
+from .state import State, Stage, Iterator
+from .loop_ir import Buffer
+from .lower import lower, LoweredFunc
+from .codegen import generate
+from .runtime import Kernel, TimeResult
+from .build import build

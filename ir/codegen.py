@@ -1,0 +1,850 @@
+"""LLVM IR generation from the loop IR (text IR, opaque pointers).
+
+The kernel ``@NAME(ptr %args)`` takes an array of pointers (one per DAG tensor) and calls an
+always-inlined body whose buffer parameters are ``noalias``, so that LLVM may keep
+accumulators in registers. Loops are emitted as rotated loops (every extent is >= 1):
+
+- ``vectorize``: the body is emitted once per chunk of W lanes with explicit vector values:
+  contiguous accesses become vector loads/stores, loop-invariant ones scalars broadcast on
+  use, others gathers/scatters; a reduction into a lane-invariant location becomes a
+  horizontal reduction. Loops that cannot be vectorised fall back to scalar code.
+- ``unroll`` and loop nests under ``auto_unroll_max_step`` are unrolled in the emitted IR.
+- ``parallel``: the loop is outlined and run by libgomp's ``GOMP_parallel``, each thread
+  taking one contiguous block of iterations.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtype as dt
+from . import expr as E
+from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store
+from .simplify import Simplifier, structural_key
+from .vecmath import math_function
+
+MAX_VECTOR_LANES = 16
+FLOAT_FLAGS = "contract"
+REDUCE_FLAGS = "reassoc contract"
+
+
+@dataclass(frozen=True)
+class Value:
+    ref: str
+    ty: str  # scalar LLVM type
+    lanes: int = 1
+
+    @property
+    def full(self) -> str:
+        return self.ty if self.lanes == 1 else f"<{self.lanes} x {self.ty}>"
+
+
+def float_literal(value: float, dtype: str) -> str:
+    """LLVM wants float constants as the hex of the double with the same value."""
+    if dtype == "float32":
+        value = float(np.float32(value))
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
+
+
+class ModuleBuilder:
+    """Collects functions, declarations and math helpers of one LLVM module."""
+
+    def __init__(self):
+        self.declarations: dict[str, str] = {}
+        self.functions: list[str] = []
+        self.math_defs: dict[str, str] = {}
+        self._counter = 0
+
+    def fresh(self, base: str) -> str:
+        self._counter += 1
+        return f"{base}.{self._counter}"
+
+    def declare(self, line: str) -> None:
+        self.declarations.setdefault(line, line)
+
+    def math(self, func: str, dtype: str, lanes: int) -> str:
+        symbol, definition = math_function(func, dtype, lanes)
+        if symbol not in self.math_defs:
+            body = []
+            for line in definition.splitlines():
+                if line.startswith("declare"):
+                    self.declare(line)
+                else:
+                    body.append(line)
+            self.math_defs[symbol] = "\n".join(body)
+        return symbol
+
+    def text(self) -> str:
+        parts = list(self.declarations.values()) + list(self.math_defs.values()) + self.functions
+        return "\n".join(parts) + "\n"
+
+
+def _vec(ty: str, lanes: int) -> str:
+    return ty if lanes == 1 else f"<{lanes} x {ty}>"
+
+
+def _suffix(ty: str, lanes: int) -> str:
+    base = {"float": "f32", "double": "f64"}.get(ty, ty)
+    return base if lanes == 1 else f"v{lanes}{base}"
+
+
+class VectorUnsupported(Exception):
+    """Raised by the pre-check when a loop body cannot be emitted as vector code."""
+
+
+class FunctionBuilder:
+    def __init__(self, module: ModuleBuilder, name: str, params: list[tuple[str, str]], attrs: str = ""):
+        self.module = module
+        self.name = name
+        self.params = params
+        self.attrs = attrs
+        self.lines: list[str] = []
+        self.entry_allocas: list[str] = []
+        self.block = "entry"
+        self._tmp = 0
+        self.env: dict[int, Value] = {}
+        self.buffers: dict[int, str] = {}
+        self.lanes = 1
+        self.vec_var: E.Var | None = None
+        self.vec_base: Value | None = None
+        self.mask: Value | None = None
+        self.unroll_limit = 0
+        self.bounds: dict = {}
+        self._broadcasts: dict[tuple, Value] = {}
+
+    # basics --------------------------------------------------------------------------
+    def tmp(self, base: str = "t") -> str:
+        self._tmp += 1
+        return f"%{base}{self._tmp}"
+
+    def label(self, base: str) -> str:
+        self._tmp += 1
+        return f"{base}{self._tmp}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def start_block(self, label: str) -> None:
+        self.lines.append(f"{label}:")
+        self.block = label
+        self._broadcasts = {}
+
+    def branch(self, target: str) -> None:
+        self.emit(f"br label %{target}")
+
+    def finish(self, ret: str = "ret void") -> str:
+        self.emit(ret)
+        params = ", ".join(f"{ty} {name}" for ty, name in self.params)
+        body = ["entry:"] + self.entry_allocas + [line for line in self.lines]
+        return f"define {self.attrs.format(params=params)} {{\n" + "\n".join(body) + "\n}\n"
+
+    # values ----------------------------------------------------------------------------
+    def const(self, value, dtype: str) -> Value:
+        ty = dt.llvm_type(dtype)
+        if dt.is_float(dtype):
+            return Value(float_literal(value, dtype), ty)
+        if dtype == "bool":
+            return Value("true" if value else "false", ty)
+        return Value(str(int(value)), ty)
+
+    def broadcast(self, v: Value, lanes: int) -> Value:
+        if v.lanes == lanes:
+            return v
+        if v.lanes != 1:
+            raise AssertionError(f"cannot broadcast a {v.lanes}-lane value to {lanes} lanes")
+        key = (v.ref, v.ty, lanes)
+        hit = self._broadcasts.get(key)
+        if hit is not None:
+            return hit
+        one = self.tmp()
+        self.emit(f"{one} = insertelement <{lanes} x {v.ty}> poison, {v.ty} {v.ref}, i64 0")
+        out = self.tmp()
+        self.emit(f"{out} = shufflevector <{lanes} x {v.ty}> {one}, <{lanes} x {v.ty}> poison, "
+                  f"<{lanes} x i32> zeroinitializer")
+        res = Value(out, v.ty, lanes)
+        self._broadcasts[key] = res
+        return res
+
+    def unify(self, a: Value, b: Value) -> tuple[Value, Value]:
+        lanes = a.lanes if a.lanes != 1 else b.lanes
+        return self.broadcast(a, lanes), self.broadcast(b, lanes)
+
+    def instr(self, text: str, ty: str, lanes: int) -> Value:
+        out = self.tmp()
+        self.emit(f"{out} = {text}")
+        return Value(out, ty, lanes)
+
+    def intrinsic(self, name: str, args: list[Value], ty: str, lanes: int) -> Value:
+        full = _vec(ty, lanes)
+        sym = f"@llvm.{name}.{_suffix(ty, lanes)}"
+        self.module.declare(f"declare {full} {sym}({', '.join(a.full for a in args)})")
+        return self.instr(f"call {full} {sym}({', '.join(f'{a.full} {a.ref}' for a in args)})", ty, lanes)
+
+    # expressions -------------------------------------------------------------------------
+    def ev(self, e: E.Expr) -> Value:
+        if isinstance(e, E.Const):
+            return self.const(e.value, e.dtype)
+        if isinstance(e, E.Var):
+            return self.env[id(e)]
+        if isinstance(e, Load):
+            return self.load(e)
+        if isinstance(e, E.Binary):
+            return self.binary(e)
+        if isinstance(e, E.Compare):
+            return self.compare(e)
+        if isinstance(e, E.Not):
+            a = self.ev(e.a)
+            return self.instr(f"xor {a.full} {a.ref}, {self.broadcast(Value('true', 'i1'), a.lanes).ref}"
+                              if a.lanes > 1 else f"xor i1 {a.ref}, true", "i1", a.lanes)
+        if isinstance(e, E.Select):
+            return self.select(e)
+        if isinstance(e, E.Cast):
+            return self.cast(e)
+        if isinstance(e, E.Call):
+            args = [self.ev(a) for a in e.args]
+            if len(args) == 2:
+                args = list(self.unify(*args))
+            lanes = args[0].lanes
+            sym = self.module.math(e.func, e.dtype, lanes)
+            ty = dt.llvm_type(e.dtype)
+            return self.instr(f"call {_vec(ty, lanes)} {sym}({', '.join(f'{a.full} {a.ref}' for a in args)})",
+                              ty, lanes)
+        raise TypeError(f"cannot generate code for {type(e).__name__}: {e}")
+
+    def binary(self, e: E.Binary, flags: str = FLOAT_FLAGS) -> Value:
+        a, b = self.unify(self.ev(e.a), self.ev(e.b))
+        ty, lanes, full = a.ty, a.lanes, a.full
+        op = e.op
+        if op in ("and", "or"):
+            return self.instr(f"{op} {full} {a.ref}, {b.ref}", ty, lanes)
+        if dt.is_float(e.dtype):
+            if op in ("min", "max"):
+                return self.intrinsic("minnum" if op == "min" else "maxnum", [a, b], ty, lanes)
+            name = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}[op]
+            return self.instr(f"{name} {flags} {full} {a.ref}, {b.ref}", ty, lanes)
+        signed = not dt.is_unsigned(e.dtype)
+        if op in ("+", "-", "*"):
+            name = {"+": "add", "-": "sub", "*": "mul"}[op]
+            return self.instr(f"{name} {'nsw ' if signed else ''}{full} {a.ref}, {b.ref}", ty, lanes)
+        if op in ("min", "max"):
+            pred = ("s" if signed else "u") + ("lt" if op == "min" else "gt")
+            c = self.instr(f"icmp {pred} {full} {a.ref}, {b.ref}", "i1", lanes)
+            return self.instr(f"select {c.full} {c.ref}, {full} {a.ref}, {full} {b.ref}", ty, lanes)
+        if op in ("//", "%"):
+            return self.floor_divmod(op, e, a, b, signed)
+        raise TypeError(f"unknown binary op {op}")
+
+    def floor_divmod(self, op: str, e: E.Binary, a: Value, b: Value, signed: bool) -> Value:
+        full, ty, lanes = a.full, a.ty, a.lanes
+        lo_a = Simplifier(self.bounds).affine(e.a).interval(self.bounds)[0] if self.bounds else -1
+        lo_b = Simplifier(self.bounds).affine(e.b).interval(self.bounds)[0] if self.bounds else -1
+        if not signed or (lo_a >= 0 and lo_b > 0):
+            name = ("u" if not signed else "s") + ("div" if op == "//" else "rem")
+            return self.instr(f"{name} {full} {a.ref}, {b.ref}", ty, lanes)
+        q = self.instr(f"sdiv {full} {a.ref}, {b.ref}", ty, lanes)
+        r = self.instr(f"srem {full} {a.ref}, {b.ref}", ty, lanes)
+        zero = self.broadcast(Value("0", ty), lanes)
+        nz = self.instr(f"icmp ne {full} {r.ref}, {zero.ref}", "i1", lanes)
+        rneg = self.instr(f"icmp slt {full} {r.ref}, {zero.ref}", "i1", lanes)
+        bneg = self.instr(f"icmp slt {full} {b.ref}, {zero.ref}", "i1", lanes)
+        diff = self.instr(f"xor {_vec('i1', lanes)} {rneg.ref}, {bneg.ref}", "i1", lanes)
+        fix = self.instr(f"and {_vec('i1', lanes)} {nz.ref}, {diff.ref}", "i1", lanes)
+        if op == "//":
+            one = self.instr(f"zext {_vec('i1', lanes)} {fix.ref} to {full}", ty, lanes)
+            return self.instr(f"sub {full} {q.ref}, {one.ref}", ty, lanes)
+        plus = self.instr(f"add {full} {r.ref}, {b.ref}", ty, lanes)
+        return self.instr(f"select {_vec('i1', lanes)} {fix.ref}, {full} {plus.ref}, {full} {r.ref}", ty, lanes)
+
+    def compare(self, e: E.Compare) -> Value:
+        a, b = self.unify(self.ev(e.a), self.ev(e.b))
+        if dt.is_float(e.a.dtype):
+            pred = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"}[e.op]
+            return self.instr(f"fcmp {pred} {a.full} {a.ref}, {b.ref}", "i1", a.lanes)
+        s = "u" if dt.is_unsigned(e.a.dtype) or e.a.dtype == "bool" else "s"
+        pred = {"<": s + "lt", "<=": s + "le", ">": s + "gt", ">=": s + "ge", "==": "eq", "!=": "ne"}[e.op]
+        return self.instr(f"icmp {pred} {a.full} {a.ref}, {b.ref}", "i1", a.lanes)
+
+    def cast(self, e: E.Cast) -> Value:
+        v = self.ev(e.value)
+        src, dst = e.value.dtype, e.dtype
+        to = _vec(dt.llvm_type(dst), v.lanes)
+        ty = dt.llvm_type(dst)
+        if dst == "bool":
+            zero = self.broadcast(self.const(0, src), v.lanes)
+            cmp = "fcmp une" if dt.is_float(src) else "icmp ne"
+            return self.instr(f"{cmp} {v.full} {v.ref}, {zero.ref}", "i1", v.lanes)
+        if dt.is_float(src) and dt.is_float(dst):
+            op = "fpext" if dt.itemsize(dst) > dt.itemsize(src) else "fptrunc"
+        elif dt.is_float(src):
+            op = "fptoui" if dt.is_unsigned(dst) else "fptosi"
+        elif dt.is_float(dst):
+            op = "uitofp" if dt.is_unsigned(src) or src == "bool" else "sitofp"
+        elif dt.itemsize(dst) > dt.itemsize(src) or src == "bool":
+            op = "zext" if dt.is_unsigned(src) or src == "bool" else "sext"
+        elif dt.itemsize(dst) < dt.itemsize(src):
+            op = "trunc"
+        else:
+            return Value(v.ref, ty, v.lanes)
+        return self.instr(f"{op} {v.full} {v.ref} to {to}", ty, v.lanes)
+
+    def select(self, e: E.Select) -> Value:
+        cond = self.ev(e.cond)
+        lazy = any(isinstance(n, Load) for branch in (e.t, e.f) for n in E.walk(branch))
+        if not lazy:
+            t, f = self.unify(self.ev(e.t), self.ev(e.f))
+            cond = self.broadcast(cond, t.lanes) if t.lanes > 1 else cond
+            if cond.lanes > t.lanes:
+                t, f = self.broadcast(t, cond.lanes), self.broadcast(f, cond.lanes)
+            return self.instr(f"select {cond.full} {cond.ref}, {t.full} {t.ref}, {t.full} {f.ref}", t.ty, t.lanes)
+        if cond.lanes > 1:
+            return self.masked_select(cond, e)
+        then_l, else_l, end_l = self.label("sel.t"), self.label("sel.f"), self.label("sel.end")
+        self.emit(f"br i1 {cond.ref}, label %{then_l}, label %{else_l}")
+        self.start_block(then_l)
+        t = self.broadcast(self.ev(e.t), self.lanes)
+        t_end = self.block
+        self.branch(end_l)
+        self.start_block(else_l)
+        f = self.broadcast(self.ev(e.f), self.lanes)
+        f_end = self.block
+        self.branch(end_l)
+        self.start_block(end_l)
+        return self.instr(f"phi {t.full} [{t.ref}, %{t_end}], [{f.ref}, %{f_end}]", t.ty, t.lanes)
+
+    def masked_select(self, cond: Value, e: E.Select) -> Value:
+        outer = self.mask
+        true_mask = cond if outer is None else self.instr(f"and {cond.full} {cond.ref}, {outer.ref}", "i1", cond.lanes)
+        inv = self.instr(f"xor {cond.full} {cond.ref}, {self.broadcast(Value('true', 'i1'), cond.lanes).ref}",
+                         "i1", cond.lanes)
+        false_mask = inv if outer is None else self.instr(f"and {inv.full} {inv.ref}, {outer.ref}", "i1", cond.lanes)
+        self.mask = true_mask
+        t = self.ev(e.t)
+        self.mask = false_mask
+        f = self.ev(e.f)
+        self.mask = outer
+        t, f = self.broadcast(t, cond.lanes), self.broadcast(f, cond.lanes)
+        return self.instr(f"select {cond.full} {cond.ref}, {t.full} {t.ref}, {t.full} {f.ref}", t.ty, t.lanes)
+
+    # memory ------------------------------------------------------------------------------
+    def address(self, buf: Buffer, index: Value) -> Value:
+        ptr = self.buffers[id(buf)]
+        sty = dt.storage_llvm_type(buf.dtype)
+        return self.instr(f"getelementptr inbounds {sty}, ptr {ptr}, {index.full} {index.ref}", "ptr", index.lanes)
+
+    def vector_access(self, index: E.Expr):
+        """Classify an index inside a vector loop: ("scalar", None), ("contiguous", base)
+        or ("gather", None)."""
+        if self.vec_var is None or not _depends_on(index, self.vec_var):
+            return "scalar", None
+        form = Simplifier(self.bounds).affine(index)
+        key = structural_key(self.vec_var)
+        entry = form.terms.get(key)
+        rest_ok = all(not _depends_on(atom, self.vec_var) for k, (atom, _) in form.terms.items() if k != key)
+        if entry is not None and entry[1] == 1 and rest_ok:
+            form.terms.pop(key)
+            return "contiguous", form.to_expr(index.dtype)
+        return "gather", None
+
+    def _vector_index_base(self, rest: E.Expr) -> Value:
+        base = self.ev(rest)
+        if self.vec_base is None:
+            return base
+        return self.instr(f"add nsw i64 {base.ref}, {self.vec_base.ref}", "i64", 1)
+
+    def load(self, e: Load) -> Value:
+        sty = dt.storage_llvm_type(e.buffer.dtype)
+        kind, rest = self.vector_access(e.index)
+        lanes = self.lanes
+        align = dt.itemsize(e.buffer.dtype)
+        if kind == "scalar" and (self.mask is None or self.lanes == 1):
+            ptr = self.address(e.buffer, self.ev(e.index))
+            raw = self.instr(f"load {sty}, ptr {ptr.ref}, align {align}", sty, 1)
+        elif kind == "contiguous" or kind == "scalar":
+            if kind == "scalar":
+                # a masked-off lane-invariant load: load through lane 0's address with the mask
+                base = self.ev(e.index)
+                ptrs = self.broadcast(self.address(e.buffer, base), lanes)
+                raw = self._gather(ptrs, sty, lanes, align)
+            else:
+                ptr = self.address(e.buffer, self._vector_index_base(rest))
+                vt = _vec(sty, lanes)
+                if self.mask is None:
+                    raw = self.instr(f"load {vt}, ptr {ptr.ref}, align {align}", sty, lanes)
+                else:
+                    sym = f"@llvm.masked.load.{_suffix(sty, lanes)}.p0"
+                    self.module.declare(f"declare {vt} {sym}(ptr, i32, <{lanes} x i1>, {vt})")
+                    raw = self.instr(f"call {vt} {sym}(ptr {ptr.ref}, i32 {align}, {self.mask.full} "
+                                     f"{self.mask.ref}, {vt} zeroinitializer)", sty, lanes)
+        else:
+            idx = self.broadcast(self.ev(e.index), lanes)
+            ptrs = self.address(e.buffer, idx)
+            raw = self._gather(ptrs, sty, lanes, align)
+        if e.buffer.dtype == "bool":
+            return self.instr(f"trunc {raw.full} {raw.ref} to {_vec('i1', raw.lanes)}", "i1", raw.lanes)
+        return raw
+
+    def _gather(self, ptrs: Value, sty: str, lanes: int, align: int) -> Value:
+        vt = _vec(sty, lanes)
+        sym = f"@llvm.masked.gather.{_suffix(sty, lanes)}.v{lanes}p0"
+        self.module.declare(f"declare {vt} {sym}(<{lanes} x ptr>, i32, <{lanes} x i1>, {vt})")
+        mask = self.mask if self.mask is not None else self.broadcast(Value("true", "i1"), lanes)
+        return self.instr(f"call {vt} {sym}(<{lanes} x ptr> {ptrs.ref}, i32 {align}, {mask.full} {mask.ref}, "
+                          f"{vt} zeroinitializer)", sty, lanes)
+
+    def store(self, s: Store) -> None:
+        kind, rest = self.vector_access(s.index)
+        if kind == "scalar" and self.lanes > 1 and _depends_on(s.value, self.vec_var):
+            return self.horizontal_update(s)
+        value = self.binary(s.value, REDUCE_FLAGS) if _is_float_sum_update(s) else self.ev(s.value)
+        sty = dt.storage_llvm_type(s.buffer.dtype)
+        if s.buffer.dtype == "bool":
+            value = self.instr(f"zext {value.full} {value.ref} to {_vec('i8', value.lanes)}", "i8", value.lanes)
+        align = dt.itemsize(s.buffer.dtype)
+        if kind == "scalar":
+            if self.mask is not None and self.lanes > 1:
+                raise VectorUnsupported("a lane-invariant store under a vector condition")
+            ptr = self.address(s.buffer, self.ev(s.index))
+            self.emit(f"store {sty} {value.ref}, ptr {ptr.ref}, align {align}")
+            return
+        value = self.broadcast(value, self.lanes)
+        lanes = self.lanes
+        vt = _vec(sty, lanes)
+        if kind == "contiguous":
+            ptr = self.address(s.buffer, self._vector_index_base(rest))
+            if self.mask is None:
+                self.emit(f"store {vt} {value.ref}, ptr {ptr.ref}, align {align}")
+            else:
+                sym = f"@llvm.masked.store.{_suffix(sty, lanes)}.p0"
+                self.module.declare(f"declare void {sym}({vt}, ptr, i32, <{lanes} x i1>)")
+                self.emit(f"call void {sym}({vt} {value.ref}, ptr {ptr.ref}, i32 {align}, "
+                          f"{self.mask.full} {self.mask.ref})")
+            return
+        ptrs = self.address(s.buffer, self.broadcast(self.ev(s.index), lanes))
+        sym = f"@llvm.masked.scatter.{_suffix(sty, lanes)}.v{lanes}p0"
+        self.module.declare(f"declare void {sym}({vt}, <{lanes} x ptr>, i32, <{lanes} x i1>)")
+        mask = self.mask if self.mask is not None else self.broadcast(Value("true", "i1"), lanes)
+        self.emit(f"call void {sym}({vt} {value.ref}, <{lanes} x ptr> {ptrs.ref}, i32 {align}, "
+                  f"{mask.full} {mask.ref})")
+
+    def horizontal_update(self, s: Store) -> None:
+        """``buf[i] = buf[i] (+|max|min) f(v)`` with ``i`` independent of the vector lane:
+        reduce the lanes of f(v) first, then update once."""
+        v = s.value
+        if not (isinstance(v, E.Binary) and v.op in ("+", "max", "min") and isinstance(v.a, Load)
+                and v.a.buffer is s.buffer and structural_key(v.a.index) == structural_key(s.index)
+                and self.mask is None):
+            raise VectorUnsupported(f"store to {s.buffer.name} does not depend on the vector lane")
+        part = self.broadcast(self.ev(v.b), self.lanes)
+        ty = part.ty
+        if dt.is_float(v.dtype):
+            name = {"+": "fadd", "max": "fmax", "min": "fmin"}[v.op]
+        else:
+            name = {"+": "add", "max": "smax", "min": "smin"}[v.op]
+        sym = f"@llvm.vector.reduce.{name}.{_suffix(ty, self.lanes)}"
+        if name == "fadd":
+            self.module.declare(f"declare {ty} {sym}({ty}, {part.full})")
+            acc = self.ev(v.a)
+            total = self.instr(f"call {REDUCE_FLAGS} {ty} {sym}({ty} {acc.ref}, {part.full} {part.ref})", ty, 1)
+        else:
+            self.module.declare(f"declare {ty} {sym}({part.full})")
+            red = self.instr(f"call {ty} {sym}({part.full} {part.ref})", ty, 1)
+            acc = self.ev(v.a)
+            total = self.binary_values(v.op, v.dtype, acc, red)
+        ptr = self.address(s.buffer, self.ev(s.index))
+        self.emit(f"store {ty} {total.ref}, ptr {ptr.ref}, align {dt.itemsize(s.buffer.dtype)}")
+
+    def binary_values(self, op: str, dtype: str, a: Value, b: Value) -> Value:
+        if dt.is_float(dtype):
+            return self.intrinsic("minnum" if op == "min" else "maxnum", [a, b], a.ty, a.lanes)
+        pred = "slt" if op == "min" else "sgt"
+        c = self.instr(f"icmp {pred} {a.full} {a.ref}, {b.ref}", "i1", a.lanes)
+        return self.instr(f"select {c.full} {c.ref}, {a.full} {a.ref}, {a.full} {b.ref}", a.ty, a.lanes)
+
+    # statements ----------------------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, For):
+            self.loop(s)
+        elif isinstance(s, IfThenElse):
+            self.if_stmt(s)
+        elif isinstance(s, Allocate):
+            self.allocate(s)
+        elif isinstance(s, Pragma):
+            saved = self.unroll_limit
+            self.unroll_limit = s.value if s.key == "auto_unroll_max_step" else saved
+            self.stmt(s.body)
+            self.unroll_limit = saved
+        else:
+            raise TypeError(f"cannot generate code for statement {type(s).__name__}")
+
+    def if_stmt(self, s: IfThenElse) -> None:
+        cond = self.ev(s.cond)
+        if cond.lanes > 1:
+            outer = self.mask
+            self.mask = cond if outer is None else self.instr(f"and {cond.full} {cond.ref}, {outer.ref}", "i1",
+                                                             cond.lanes)
+            self.stmt(s.then)
+            if s.otherwise is not None:
+                inv = self.instr(f"xor {cond.full} {cond.ref}, "
+                                 f"{self.broadcast(Value('true', 'i1'), cond.lanes).ref}", "i1", cond.lanes)
+                self.mask = inv if outer is None else self.instr(f"and {inv.full} {inv.ref}, {outer.ref}", "i1",
+                                                                cond.lanes)
+                self.stmt(s.otherwise)
+            self.mask = outer
+            return
+        then_l, else_l, end_l = self.label("if.t"), self.label("if.f"), self.label("if.end")
+        self.emit(f"br i1 {cond.ref}, label %{then_l}, label %{else_l if s.otherwise else end_l}")
+        self.start_block(then_l)
+        self.stmt(s.then)
+        self.branch(end_l)
+        if s.otherwise is not None:
+            self.start_block(else_l)
+            self.stmt(s.otherwise)
+            self.branch(end_l)
+        self.start_block(end_l)
+
+    def allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        nbytes = buf.size * dt.itemsize(buf.dtype)
+        if buf.scope == "local":
+            ref = f"%buf.{buf.name}.{self._tmp}"
+            self._tmp += 1
+            self.entry_allocas.append(f"  {ref} = alloca {dt.storage_llvm_type(buf.dtype)}, i64 {buf.size}, align 64")
+            self.buffers[id(buf)] = ref
+            self.stmt(s.body)
+            return
+        self.module.declare("declare noalias ptr @aligned_alloc(i64, i64)")
+        self.module.declare("declare void @free(ptr)")
+        rounded = (nbytes + 63) // 64 * 64
+        ptr = self.instr(f"call noalias ptr @aligned_alloc(i64 64, i64 {rounded})", "ptr", 1)
+        self.buffers[id(buf)] = ptr.ref
+        self.stmt(s.body)
+        self.emit(f"call void @free(ptr {ptr.ref})")
+
+    # loops -------------------------------------------------------------------------------------
+    def loop(self, s: For) -> None:
+        if s.kind == "unroll" or (self.unroll_limit and s.kind == "serial" and _nest_trips(s) <= self.unroll_limit):
+            return self.unrolled(s)
+        if s.kind == "vectorize" and self.lanes == 1:
+            return self.vector_loop(s)
+        if s.kind == "parallel" and not self.in_parallel:
+            return self.parallel_loop(s)
+        self.serial_loop(s.var, s.extent, lambda: self.stmt(s.body))
+
+    in_parallel = False
+
+    def serial_loop(self, var: E.Var, extent: int, body_fn, start: Value | None = None) -> None:
+        """A rotated loop ``for var in range(start, start + extent)``; ``extent`` >= 1."""
+        head, exit_l = self.label("loop"), self.label("loop.end")
+        pre = self.block
+        self.branch(head)
+        self.start_block(head)
+        phi = self.tmp(var.name.replace(".", "_") + "_")
+        next_ref = self.tmp("next")
+        latch_holder: list[str] = []
+        phi_index = len(self.lines)
+        self.lines.append(None)  # patched once the latch block is known
+        self.env[id(var)] = Value(phi, "i64")
+        saved_bounds = self.bounds.get(var)
+        self.bounds[var] = (0, extent - 1)
+        body_fn()
+        latch_holder.append(self.block)
+        self.emit(f"{next_ref} = add nuw nsw i64 {phi}, 1")
+        cond = self.tmp()
+        self.emit(f"{cond} = icmp ult i64 {next_ref}, {extent}")
+        self.emit(f"br i1 {cond}, label %{head}, label %{exit_l}")
+        self.lines[phi_index] = f"  {phi} = phi i64 [0, %{pre}], [{next_ref}, %{latch_holder[0]}]"
+        self.start_block(exit_l)
+        if saved_bounds is None:
+            self.bounds.pop(var, None)
+        del self.env[id(var)]
+
+    def unrolled(self, s: For) -> None:
+        for i in range(s.extent):
+            self.env[id(s.var)] = Value(str(i), "i64")
+            self.bounds[s.var] = (i, i)
+            self.stmt(s.body)
+        self.bounds.pop(s.var, None)
+        del self.env[id(s.var)]
+
+    def vector_loop(self, s: For) -> None:
+        width = _vector_width(s.extent)
+        if width == 1 or not _vectorizable(s):
+            return self.serial_loop(s.var, s.extent, lambda: self.stmt(s.body))
+        chunks = s.extent // width
+        lanes_const = Value("<" + ", ".join(f"i64 {i}" for i in range(width)) + ">", "i64", width)
+
+        def body(chunk: Value | None):
+            saved = (self.lanes, self.vec_var, self.vec_base)
+            self.lanes, self.vec_var = width, s.var
+            if chunk is None:
+                self.vec_base = None
+                self.env[id(s.var)] = lanes_const
+            else:
+                base = self.instr(f"mul nuw nsw i64 {chunk.ref}, {width}", "i64", 1)
+                self.vec_base = base
+                vb = self.broadcast(base, width)
+                self.env[id(s.var)] = self.instr(f"add nuw nsw <{width} x i64> {vb.ref}, {lanes_const.ref}",
+                                                 "i64", width)
+            self.bounds[s.var] = (0, s.extent - 1)
+            self.stmt(s.body)
+            self.bounds.pop(s.var, None)
+            del self.env[id(s.var)]
+            self.lanes, self.vec_var, self.vec_base = saved
+
+        if chunks == 1:
+            body(None)
+        else:
+            chunk_var = E.Var(s.var.name + ".chunk")
+            self.serial_loop(chunk_var, chunks, lambda: body(self.env[id(chunk_var)]))
+
+    def parallel_loop(self, s: For) -> None:
+        """Outline the loop into a function run by every libgomp thread on its own block."""
+        free = _free_values(s, self.env)
+        buffers = [b for b in _used_buffers(s) if id(b) in self.buffers]
+        name = self.module.fresh(f"{self.name}.par")
+        params = [("ptr noalias", f"%p{i}") for i in range(len(buffers))] + \
+                 [("i64", f"%v{i}") for i in range(len(free))] + [("i64", "%lo"), ("i64", "%hi")]
+        body_fn = FunctionBuilder(self.module, name + ".body", params,
+                                  attrs="internal void @" + name + ".body({params}) alwaysinline nounwind")
+        body_fn.in_parallel = True
+        body_fn.unroll_limit = self.unroll_limit
+        body_fn.bounds = dict(self.bounds)
+        for i, b in enumerate(buffers):
+            body_fn.buffers[id(b)] = f"%p{i}"
+        for i, (var_id, val) in enumerate(free):
+            body_fn.env[var_id] = Value(f"%v{i}", "i64")
+        body_fn.chunked_loop(s)
+        self.module.functions.append(body_fn.finish())
+        # the trampoline unpacks the closure and picks this thread's block
+        n_slots = len(buffers) + len(free)
+        tramp = FunctionBuilder(self.module, name, [("ptr", "%data")], attrs="internal void @" + name + "({params}) nounwind")
+        self.module.declare("declare i32 @omp_get_thread_num()")
+        self.module.declare("declare i32 @omp_get_num_threads()")
+        args = []
+        for i in range(n_slots):
+            slot = tramp.instr(f"getelementptr inbounds i64, ptr %data, i64 {i}", "ptr", 1)
+            if i < len(buffers):
+                args.append("ptr " + tramp.instr(f"load ptr, ptr {slot.ref}, align 8", "ptr", 1).ref)
+            else:
+                args.append("i64 " + tramp.instr(f"load i64, ptr {slot.ref}, align 8", "i64", 1).ref)
+        tid = tramp.instr("call i32 @omp_get_thread_num()", "i32", 1)
+        nth = tramp.instr("call i32 @omp_get_num_threads()", "i32", 1)
+        tid64 = tramp.instr(f"sext i32 {tid.ref} to i64", "i64", 1)
+        nth64 = tramp.instr(f"sext i32 {nth.ref} to i64", "i64", 1)
+        t1 = tramp.instr(f"add i64 {s.extent}, {nth64.ref}", "i64", 1)
+        t2 = tramp.instr(f"sub i64 {t1.ref}, 1", "i64", 1)
+        chunk = tramp.instr(f"sdiv i64 {t2.ref}, {nth64.ref}", "i64", 1)
+        lo = tramp.instr(f"mul i64 {chunk.ref}, {tid64.ref}", "i64", 1)
+        hi0 = tramp.instr(f"add i64 {lo.ref}, {chunk.ref}", "i64", 1)
+        over = tramp.instr(f"icmp sgt i64 {hi0.ref}, {s.extent}", "i1", 1)
+        hi = tramp.instr(f"select i1 {over.ref}, i64 {s.extent}, i64 {hi0.ref}", "i64", 1)
+        empty = tramp.instr(f"icmp sge i64 {lo.ref}, {hi.ref}", "i1", 1)
+        run_l, done_l = tramp.label("run"), tramp.label("done")
+        tramp.emit(f"br i1 {empty.ref}, label %{done_l}, label %{run_l}")
+        tramp.start_block(run_l)
+        tramp.emit(f"call void @{name}.body({', '.join(args)}, i64 {lo.ref}, i64 {hi.ref})")
+        tramp.branch(done_l)
+        tramp.start_block(done_l)
+        self.module.functions.append(tramp.finish())
+        # the caller fills the closure and calls GOMP_parallel
+        self.module.declare("declare void @GOMP_parallel(ptr, ptr, i32, i32)")
+        closure = f"%closure.{self._tmp}"
+        self._tmp += 1
+        self.entry_allocas.append(f"  {closure} = alloca i64, i64 {max(n_slots, 1)}, align 8")
+        for i, b in enumerate(buffers):
+            slot = self.instr(f"getelementptr inbounds i64, ptr {closure}, i64 {i}", "ptr", 1)
+            self.emit(f"store ptr {self.buffers[id(b)]}, ptr {slot.ref}, align 8")
+        for i, (var_id, val) in enumerate(free):
+            slot = self.instr(f"getelementptr inbounds i64, ptr {closure}, i64 {len(buffers) + i}", "ptr", 1)
+            self.emit(f"store i64 {val.ref}, ptr {slot.ref}, align 8")
+        self.emit(f"call void @GOMP_parallel(ptr @{name}, ptr {closure}, i32 0, i32 0)")
+
+    def chunked_loop(self, s: For) -> None:
+        """The body of an outlined parallel loop: iterations [%lo, %hi) (at least one)."""
+        head, exit_l = self.label("ploop"), self.label("ploop.end")
+        pre = self.block
+        self.branch(head)
+        self.start_block(head)
+        phi, next_ref = self.tmp("pv"), self.tmp("next")
+        idx = len(self.lines)
+        self.lines.append(None)
+        self.env[id(s.var)] = Value(phi, "i64")
+        self.bounds[s.var] = (0, s.extent - 1)
+        self.stmt(s.body)
+        latch = self.block
+        self.emit(f"{next_ref} = add nuw nsw i64 {phi}, 1")
+        cond = self.tmp()
+        self.emit(f"{cond} = icmp slt i64 {next_ref}, %hi")
+        self.emit(f"br i1 {cond}, label %{head}, label %{exit_l}")
+        self.lines[idx] = f"  {phi} = phi i64 [%lo, %{pre}], [{next_ref}, %{latch}]"
+        self.start_block(exit_l)
+
+
+def _depends_on(e: E.Expr, var: E.Var | None) -> bool:
+    return var is not None and any(n is var for n in E.walk(e))
+
+
+def _is_float_sum_update(s: Store) -> bool:
+    """``buf[i] = buf[i] + x`` on floats: a reduction update that LLVM may reassociate."""
+    v = s.value
+    return (isinstance(v, E.Binary) and v.op == "+" and dt.is_float(v.dtype) and isinstance(v.a, Load)
+            and v.a.buffer is s.buffer)
+
+
+def _vector_width(extent: int) -> int:
+    if extent <= MAX_VECTOR_LANES:
+        return extent
+    for w in (16, 8, 4, 2):
+        if extent % w == 0:
+            return w
+    return 1
+
+
+def _stmt_exprs(s: Stmt):
+    if isinstance(s, Store):
+        yield s.index
+        yield s.value
+    elif isinstance(s, IfThenElse):
+        yield s.cond
+    for child in _stmt_children(s):
+        yield from _stmt_exprs(child)
+
+
+def _stmt_children(s: Stmt):
+    if isinstance(s, Seq):
+        return s.stmts
+    if isinstance(s, (For, Allocate, Pragma)):
+        return (s.body,)
+    if isinstance(s, IfThenElse):
+        return (s.then,) if s.otherwise is None else (s.then, s.otherwise)
+    return ()
+
+
+def _vectorizable(s: For) -> bool:
+    """Vector code needs every store to be lane-contiguous/injective or a reduction into a
+    lane-invariant location, no nested parallel/vector loops and no local allocations."""
+    var = s.var
+
+    def check(x: Stmt) -> bool:
+        if isinstance(x, For) and x.kind in ("parallel", "vectorize"):
+            return False
+        if isinstance(x, Allocate):
+            return False
+        if isinstance(x, Store):
+            if _depends_on(x.index, var):
+                form = Simplifier().affine(x.index)
+                key = structural_key(var)
+                coef = form.terms.get(key, [None, 0])[1]
+                others = any(_depends_on(a, var) for k, (a, _) in form.terms.items() if k != key)
+                return coef != 0 and not others
+            if _depends_on(x.value, var):
+                v = x.value
+                return (isinstance(v, E.Binary) and v.op in ("+", "max", "min") and isinstance(v.a, Load)
+                        and v.a.buffer is x.buffer and not _depends_on(v.a.index, var))
+        return all(check(c) for c in _stmt_children(x))
+
+    return check(s.body)
+
+
+def _nest_trips(s: Stmt) -> int:
+    """Iterations of the deepest path through a loop nest (auto_unroll_max_step's measure)."""
+    if isinstance(s, For):
+        return s.extent * _nest_trips(s.body)
+    kids = _stmt_children(s)
+    return max((_nest_trips(k) for k in kids), default=1)
+
+
+def _used_buffers(s: Stmt) -> list[Buffer]:
+    seen: dict[int, Buffer] = {}
+
+    def visit(x: Stmt):
+        for e in _stmt_exprs_local(x):
+            for n in E.walk(e):
+                if isinstance(n, Load):
+                    seen.setdefault(id(n.buffer), n.buffer)
+        if isinstance(x, Store):
+            seen.setdefault(id(x.buffer), x.buffer)
+        for c in _stmt_children(x):
+            visit(c)
+
+    visit(s)
+    return list(seen.values())
+
+
+def _stmt_exprs_local(s: Stmt):
+    if isinstance(s, Store):
+        return (s.index, s.value)
+    if isinstance(s, IfThenElse):
+        return (s.cond,)
+    return ()
+
+
+def _free_values(s: For, env: dict[int, Value]) -> list[tuple[int, Value]]:
+    """Variables bound outside the loop that its body uses, with their current values."""
+    used: set[int] = set()
+    for e in _stmt_exprs(s):
+        for n in E.walk(e):
+            if isinstance(n, E.Var):
+                used.add(id(n))
+    return [(vid, val) for vid, val in env.items() if vid in used and val.lanes == 1]
+
+
+def generate(func, name: str | None = None) -> str:
+    """LLVM IR text of a lowered function: ``@NAME(ptr %args)`` and ``@NAME.timer``."""
+    name = name or func.name
+    module = ModuleBuilder()
+    params = [("ptr noalias nocapture", f"%a{i}") for i in range(len(func.args))]
+    body = FunctionBuilder(module, name + ".body", params,
+                           attrs="internal void @" + name + ".body({params}) alwaysinline nounwind")
+    for i, buf in enumerate(func.args):
+        body.buffers[id(buf)] = f"%a{i}"
+    body.stmt(func.body)
+    module.functions.append(body.finish())
+
+    entry = FunctionBuilder(module, name, [("ptr", "%args")], attrs="void @" + name + "({params}) nounwind")
+    ptrs = []
+    for i in range(len(func.args)):
+        slot = entry.instr(f"getelementptr inbounds ptr, ptr %args, i64 {i}", "ptr", 1)
+        ptrs.append("ptr " + entry.instr(f"load ptr, ptr {slot.ref}, align 8", "ptr", 1).ref)
+    entry.emit(f"call void @{name}.body({', '.join(ptrs)})")
+    module.functions.append(entry.finish())
+    module.functions.append(_timer(name))
+    return module.text()
+
+
+def _timer(name: str) -> str:
+    """``i64 @NAME.timer(ptr %args, i64 %n)``: nanoseconds for n back-to-back calls, so that
+    timing small kernels does not measure Python's call overhead."""
+    return f"""declare i32 @clock_gettime(i32, ptr)
+define i64 @{name}.timer(ptr %args, i64 %n) {{
+entry:
+  %ts = alloca [2 x i64], align 8
+  %c0 = call i32 @clock_gettime(i32 1, ptr %ts)
+  %s0 = load i64, ptr %ts, align 8
+  %ns.p = getelementptr inbounds i64, ptr %ts, i64 1
+  %n0 = load i64, ptr %ns.p, align 8
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.next, %loop]
+  call void @{name}(ptr %args)
+  %i.next = add i64 %i, 1
+  %more = icmp slt i64 %i.next, %n
+  br i1 %more, label %loop, label %done
+done:
+  %c1 = call i32 @clock_gettime(i32 1, ptr %ts)
+  %s1 = load i64, ptr %ts, align 8
+  %n1 = load i64, ptr %ns.p, align 8
+  %ds = sub i64 %s1, %s0
+  %dn = sub i64 %n1, %n0
+  %dsn = mul i64 %ds, 1000000000
+  %total = add i64 %dsn, %dn
+  ret i64 %total
+}}
+"""

@@ -1,0 +1,254 @@
+"""ComputeDAG: the operations of one subgraph and the analyses that sketch rules ask of it."""
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from typing import Sequence
+
+import networkx as nx
+
+from . import dtype as dt
+from . import expr as E
+from .printer import expr_str
+from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+
+#: math calls that make an op too expensive to recompute at every use (so never inline it)
+EXPENSIVE_CALLS = frozenset({"exp", "log", "tanh", "sigmoid", "erf", "pow", "sqrt", "rsqrt"})
+
+
+def _collect_ops(tensors: Sequence[Tensor]) -> list[Operation]:
+    """Operations reachable from ``tensors`` in a stable topological (post-)order."""
+    order: list[Operation] = []
+    state: dict[int, int] = {}  # 1 = on stack, 2 = done
+    for root in tensors:
+        stack = [(root.op, False)]
+        while stack:
+            op, expanded = stack.pop()
+            if expanded:
+                state[id(op)] = 2
+                order.append(op)
+                continue
+            if state.get(id(op)) is not None:
+                continue
+            state[id(op)] = 1
+            stack.append((op, True))
+            for t in reversed(op.input_tensors):
+                if state.get(id(t.op)) is None:
+                    stack.append((t.op, False))
+    return order
+
+
+class ComputeDAG:
+    """The computation of one task. ``tensors`` lists its inputs and outputs (TVM convention):
+    they are the kernel's arguments, in that order; other computes become internal buffers."""
+
+    def __init__(self, tensors: Sequence[Tensor]):
+        tensors = list(tensors)
+        if not tensors:
+            raise ValueError("ComputeDAG needs a non-empty list of tensors (inputs and outputs)")
+        for pos, t in enumerate(tensors):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"ComputeDAG: item {pos} is {type(t).__name__}, expected an ir.Tensor")
+        if len({id(t) for t in tensors}) != len(tensors):
+            raise ValueError("ComputeDAG: a tensor appears twice in the tensor list")
+        self.tensors: list[Tensor] = tensors
+        self.ops: list[Operation] = _collect_ops(tensors)
+        arg_ids = {id(t.op) for t in tensors}
+        for op in self.ops:
+            if isinstance(op, PlaceholderOp) and id(op) not in arg_ids:
+                raise ValueError(f"ComputeDAG: placeholder '{op.name}' is read but is not in the tensor list; "
+                                 "pass every input tensor as well as the outputs")
+        if not any(isinstance(t.op, ComputeOp) for t in tensors):
+            raise ValueError("ComputeDAG: the tensor list holds no compute tensor (no output)")
+        self.graph = nx.DiGraph()
+        for op in self.ops:
+            self.graph.add_node(op, name=op.name)
+        for op in self.ops:
+            for t in op.input_tensors:
+                self.graph.add_edge(t.op, op)
+        self._index = {id(op): i for i, op in enumerate(self.ops)}
+
+    # structure -----------------------------------------------------------------------
+    @property
+    def inputs(self) -> list[Tensor]:
+        return [t for t in self.tensors if isinstance(t.op, PlaceholderOp)]
+
+    @property
+    def outputs(self) -> list[Tensor]:
+        return [t for t in self.tensors if isinstance(t.op, ComputeOp)]
+
+    @property
+    def compute_ops(self) -> list[ComputeOp]:
+        return [op for op in self.ops if isinstance(op, ComputeOp)]
+
+    def op_index(self, op: Operation) -> int:
+        return self._index[id(op)]
+
+    def is_output(self, op: Operation) -> bool:
+        return any(t.op is op for t in self.outputs)
+
+    def consumers(self, op: Operation) -> list[Operation]:
+        return sorted(self.graph.successors(op), key=self.op_index)
+
+    def producers(self, op: Operation) -> list[Operation]:
+        return sorted(self.graph.predecessors(op), key=self.op_index)
+
+    # access maps -----------------------------------------------------------------------
+    def read_accesses(self, op: Operation) -> dict[Tensor, list[tuple[E.Expr, ...]]]:
+        """For each tensor ``op`` reads, the index tuples of its reads (in body order)."""
+        return self._read_accesses.get(id(op), {})
+
+    def write_access(self, op: Operation) -> tuple[E.Expr, ...]:
+        """The index tuple ``op`` writes: its own space axes."""
+        return tuple(op.axis) if isinstance(op, ComputeOp) else ()
+
+    @cached_property
+    def _read_accesses(self) -> dict[int, dict[Tensor, list[tuple[E.Expr, ...]]]]:
+        out: dict[int, dict[Tensor, list]] = {}
+        for op in self.compute_ops:
+            reads: dict[Tensor, list] = {}
+            for e in E.walk(op.body):
+                if isinstance(e, E.TensorRead):
+                    reads.setdefault(e.tensor, []).append(e.indices)
+            out[id(op)] = reads
+        return out
+
+    # predicates used by the sketch rules --------------------------------------------
+    def is_strict_inlinable(self, op: Operation) -> bool:
+        """Elementwise/injective with no reduction and no expensive math: inlining it into its
+        consumers costs nothing and removes a buffer (Ansor's AlwaysInline condition)."""
+        if not isinstance(op, ComputeOp) or op.reduce_axis:
+            return False
+        return not any(isinstance(e, E.Call) and e.func in EXPENSIVE_CALLS for e in E.walk(op.body))
+
+    def has_data_reuse(self, op: Operation) -> bool:
+        """Some input element is read by several iterations (a read misses two space axes, or
+        one with a reduction), so multi-level tiling pays (Ansor's NeedsMultiLevelTiling)."""
+        if not isinstance(op, ComputeOp):
+            return False
+        for accesses in self.read_accesses(op).values():
+            for indices in accesses:
+                used = {id(v) for i in indices for v in E.free_vars(i)}
+                missing = sum(1 for ax in op.axis if id(ax) not in used)
+                if missing >= 2 or (missing >= 1 and op.reduce_axis):
+                    return True
+        return False
+
+    def fusible_consumer(self, op: Operation) -> Operation | None:
+        """The single elementwise consumer that can be computed inside ``op``'s tile, if any."""
+        if not isinstance(op, ComputeOp) or self.is_output(op):
+            return None
+        consumers = self.consumers(op)
+        if len(consumers) != 1:
+            return None
+        cons = consumers[0]
+        if not isinstance(cons, ComputeOp) or cons.reduce_axis or cons.shape != op.shape:
+            return None
+        for indices in self.read_accesses(cons).get(op.output, []):
+            if len(indices) != len(cons.axis) or any(i is not ax for i, ax in zip(indices, cons.axis)):
+                return None
+        return cons
+
+    def has_fusible_consumer(self, op: Operation) -> bool:
+        return self.fusible_consumer(op) is not None
+
+    def has_more_reduction_parallel(self, op: Operation, num_cores: int) -> bool:
+        """Reduction with more parallelism in its reduce axes than its space axes, so that
+        rfactor pays (Ansor's NeedsRfactor)."""
+        if not isinstance(op, ComputeOp) or not op.reduce_axis:
+            return False
+        space = _prod(op.shape)
+        reduce = _prod(ax.extent for ax in op.reduce_axis)
+        if self.has_data_reuse(op):
+            return not (space > reduce or space > num_cores * 16)
+        return reduce > 1 and reduce > num_cores
+
+    # cost ------------------------------------------------------------------------------
+    def flop_count(self) -> int:
+        """Floating-point operations of one run: arithmetic, comparisons and math calls on
+        float values, a reduction's combine counting one per element."""
+        total = 0
+        for op in self.compute_ops:
+            per_point = _float_ops(op.body)
+            if isinstance(op.body, E.Reduce):
+                per_point += 1 if dt.is_float(op.dtype) else 0
+            points = _prod(op.shape) * _prod(ax.extent for ax in op.reduce_axis)
+            total += per_point * points
+        return total
+
+    # identity and printing --------------------------------------------------------
+    def canonical_text(self) -> str:
+        """The computation with names replaced by positions: equal for equal computations."""
+        lines = []
+        for op in self.ops:
+            idx = self.op_index(op)
+            arg = next((p for p, t in enumerate(self.tensors) if t.op is op), None)
+            if isinstance(op, PlaceholderOp):
+                lines.append(f"T{idx} = placeholder{op.shape} {op.dtype} const={op.constant} arg={arg}")
+                continue
+            names: dict[int, str] = {}
+            for n, ax in enumerate(op.axis):
+                names[id(ax)] = f"i{n}"
+            for n, ax in enumerate(op.reduce_axis):
+                names[id(ax)] = f"r{n}[{ax.lo}:{ax.lo + ax.extent}]"
+            body = _canonical_expr(op.body, names, self)
+            lines.append(f"T{idx} = compute{op.shape} {op.dtype} arg={arg}: {body}")
+        return "\n".join(lines)
+
+    def workload_key(self) -> str:
+        """A stable hash of the computation (structure, shapes, dtypes): the key of records."""
+        return hashlib.sha256(self.canonical_text().encode()).hexdigest()[:32]
+
+    def __str__(self) -> str:
+        lines = []
+        for op in self.ops:
+            if isinstance(op, PlaceholderOp):
+                kind = "constant placeholder" if op.constant else "placeholder"
+                lines.append(f"{op.name} = {kind}{list(op.shape)} {op.dtype}")
+            else:
+                axes = ", ".join(ax.name for ax in op.axis)
+                lines.append(f"{op.name}[{axes}] = {expr_str(op.body)}    # {list(op.shape)} {op.dtype}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def init_state(self):
+        """The naive program: one loop per axis, every op computed at root."""
+        from .state import State
+        return State.initial(self)
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def _float_ops(e: E.Expr) -> int:
+    count = 0
+    for node in E.walk(e):
+        if isinstance(node, (E.Binary, E.Compare)) and dt.is_float(node.a.dtype):
+            count += 1
+        elif isinstance(node, E.Call):
+            count += 1
+        elif isinstance(node, E.Select) and dt.is_float(node.dtype):
+            count += 1
+    return count
+
+
+def _canonical_expr(e: E.Expr, names: dict[int, str], dag: ComputeDAG) -> str:
+    if isinstance(e, E.Var):
+        return names.get(id(e), f"?{e.name}")
+    if isinstance(e, E.Const):
+        return f"{e.value!r}:{e.dtype}"
+    if isinstance(e, E.TensorRead):
+        idx = ",".join(_canonical_expr(i, names, dag) for i in e.indices)
+        return f"T{dag.op_index(e.tensor.op)}[{idx}]"
+    if isinstance(e, E.Reduce):
+        axes = ",".join(names[id(a)] for a in e.axes)
+        cond = "" if e.condition is None else _canonical_expr(e.condition, names, dag)
+        return f"{e.combiner}<{axes}>({_canonical_expr(e.source, names, dag)};{cond})"
+    head = getattr(e, "op", None) or getattr(e, "func", None) or ""
+    kids = ",".join(_canonical_expr(c, names, dag) for c in e.children())
+    return f"{type(e).__name__}{head}:{e.dtype}({kids})"

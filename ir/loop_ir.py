@@ -1,0 +1,141 @@
+"""The loop IR that lowering produces and code generation (and features) read.
+
+Statements are small immutable records. Memory is flat: a ``Buffer`` is a named block of
+elements and ``Load``/``Store`` take one flat index expression, so that code generation
+and access analysis see affine index forms directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import expr as E
+from .printer import expr_str
+
+LOOP_KINDS = ("serial", "parallel", "vectorize", "unroll")
+
+
+class Buffer:
+    """A block of ``prod(shape)`` elements. ``scope``: "arg" (a kernel argument), "global"
+    (a heap buffer of the whole kernel) or "local" (a small stack buffer)."""
+
+    __hash__ = object.__hash__
+
+    def __init__(self, name: str, dtype: str, shape: tuple[int, ...], scope: str):
+        self.name, self.dtype, self.shape, self.scope = name, dtype, tuple(shape), scope
+        strides, acc = [], 1
+        for s in reversed(self.shape):
+            strides.append(acc)
+            acc *= s
+        self.strides = tuple(reversed(strides))
+        self.size = acc
+
+    def flat_index(self, indices) -> E.Expr:
+        out: E.Expr | None = None
+        for i, s in zip(indices, self.strides):
+            term = i if s == 1 else E.Binary("*", i, E.Const(s, i.dtype))
+            out = term if out is None else E.Binary("+", out, term)
+        return out if out is not None else E.Const(0, "int64")
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {self.dtype}, {self.shape}, {self.scope})"
+
+
+class Load(E.Expr):
+    """``buffer[index]`` on the flat buffer."""
+
+    __slots__ = ("buffer", "index")
+
+    def __init__(self, buffer: Buffer, index: E.Expr):
+        self.buffer, self.index = buffer, index
+        self.dtype = buffer.dtype
+
+    def children(self):
+        return (self.index,)
+
+    def rebuild(self, kids):
+        return Load(self.buffer, kids[0])
+
+    def to_str(self) -> str:
+        return f"{self.buffer.name}[{expr_str(self.index)}]"
+
+
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: E.Expr
+    value: E.Expr
+
+
+@dataclass(frozen=True, eq=False)
+class For(Stmt):
+    var: E.Var
+    extent: int
+    kind: str
+    body: Stmt
+    #: name of the iterator this loop came from, for printing and features
+    name: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Seq(Stmt):
+    stmts: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class IfThenElse(Stmt):
+    cond: E.Expr
+    then: Stmt
+    otherwise: Stmt | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Pragma(Stmt):
+    """``auto_unroll_max_step``: unroll the loop nests inside whose trip count is at most this."""
+    key: str
+    value: int
+    body: Stmt = field(default=None)
+
+
+def seq(stmts) -> Stmt:
+    flat = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def stmt_str(s: Stmt, indent: int = 0) -> str:
+    """Pseudo-code of a statement, one line per node."""
+    pad = "  " * indent
+    if isinstance(s, For):
+        tag = "" if s.kind == "serial" else f" ({s.kind})"
+        return f"{pad}for {s.var.name} in range({s.extent}){tag}:\n{stmt_str(s.body, indent + 1)}"
+    if isinstance(s, Seq):
+        return "\n".join(stmt_str(x, indent) for x in s.stmts)
+    if isinstance(s, Store):
+        return f"{pad}{s.buffer.name}[{expr_str(s.index)}] = {expr_str(s.value)}"
+    if isinstance(s, IfThenElse):
+        text = f"{pad}if {expr_str(s.cond)}:\n{stmt_str(s.then, indent + 1)}"
+        if s.otherwise is not None:
+            text += f"\n{pad}else:\n{stmt_str(s.otherwise, indent + 1)}"
+        return text
+    if isinstance(s, Allocate):
+        return f"{pad}allocate {s.buffer.name}[{s.buffer.size}] {s.buffer.dtype} ({s.buffer.scope})\n" \
+               f"{stmt_str(s.body, indent)}"
+    if isinstance(s, Pragma):
+        return f"{pad}pragma {s.key}={s.value}:\n{stmt_str(s.body, indent + 1)}"
+    return f"{pad}<{type(s).__name__}>"

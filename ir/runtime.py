@@ -1,0 +1,141 @@
+"""Compiling LLVM IR for the host and calling the result with numpy arrays."""
+from __future__ import annotations
+
+import ctypes
+import statistics
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+import numpy as np
+
+_lock = threading.Lock()
+_target_machine = None
+
+
+def target_machine():
+    """The host's target machine (CPU name and features), at O3; made once per process."""
+    global _target_machine
+    with _lock:
+        if _target_machine is None:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            llvm.load_library_permanently(_libgomp_path())
+            target = llvm.Target.from_default_triple()
+            _target_machine = target.create_target_machine(
+                cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                opt=3, reloc="default", codemodel="jitdefault")
+        return _target_machine
+
+
+def _libgomp_path() -> str:
+    import ctypes.util
+    for name in ("libgomp.so.1", ctypes.util.find_library("gomp")):
+        if not name:
+            continue
+        try:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+            return name
+        except OSError:
+            continue
+    raise RuntimeError("libgomp (GNU OpenMP runtime) was not found; install it (e.g. apt-get install libgomp1)")
+
+
+def optimize(ir_text: str):
+    """Parse and optimise a module at O3 for the host CPU; returns the llvmlite module."""
+    tm = target_machine()
+    mod = llvm.parse_assembly(ir_text)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+@dataclass
+class TimeResult:
+    """Per-call seconds: the median over repeats, and every repeat's mean."""
+    median: float
+    results: list[float]
+    number: int
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.results)
+
+
+class CompiledModule:
+    """A JIT-compiled module; keeps the engine (and so the code) alive."""
+
+    def __init__(self, ir_text: str, name: str):
+        tm = target_machine()
+        self.module = optimize(ir_text)
+        self.engine = llvm.create_mcjit_compiler(self.module, tm)
+        self.engine.finalize_object()
+        self.name = name
+        self.entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.engine.get_function_address(name))
+        self.timer = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address(name + ".timer"))
+
+    def assembly(self) -> str:
+        return target_machine().emit_assembly(self.module)
+
+
+class Kernel:
+    """A compiled program. Call it with numpy arrays for all of the DAG's tensors in the
+    order given to ``ComputeDAG``; outputs are written in place."""
+
+    def __init__(self, dag, state, lowered, ir_text: str, compiled: CompiledModule):
+        self.dag = dag
+        self.state = state
+        self.lowered = lowered
+        self.llvm_ir = ir_text
+        self._compiled = compiled
+        self._specs = [(t.name, tuple(t.shape), np.dtype(t.dtype)) for t in dag.tensors]
+        self._argv_type = ctypes.c_void_p * len(self._specs)
+
+    def _pack(self, arrays) -> ctypes.Array:
+        specs = self._specs
+        if len(arrays) != len(specs):
+            names = ", ".join(n for n, _, _ in specs)
+            raise TypeError(f"kernel takes {len(specs)} arrays ({names}), got {len(arrays)}")
+        argv = self._argv_type()
+        for i, (arr, (name, shape, dtype)) in enumerate(zip(arrays, specs)):
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"argument {i} ('{name}') must be a numpy array, got {type(arr).__name__}")
+            if arr.dtype != dtype:
+                raise TypeError(f"input '{name}' has dtype {arr.dtype}, the kernel expects {dtype}")
+            if arr.shape != shape:
+                raise ValueError(f"input '{name}' has shape {arr.shape}, the kernel expects {shape}")
+            if not arr.flags.c_contiguous:
+                raise ValueError(f"input '{name}' is not C-contiguous; pass np.ascontiguousarray({name})")
+            argv[i] = arr.ctypes.data
+        return argv
+
+    def __call__(self, *arrays) -> None:
+        argv = self._pack(arrays)
+        self._compiled.entry(argv)
+
+    def time(self, *arrays, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0) -> TimeResult:
+        """Seconds per call. Each of ``repeat`` measurements runs ``number`` back-to-back calls
+        in native code; ``number`` grows until one measurement lasts ``min_repeat_ms``."""
+        if number < 1 or repeat < 1:
+            raise ValueError(f"number and repeat must be >= 1, got number={number}, repeat={repeat}")
+        argv = self._pack(arrays)
+        timer = self._compiled.timer
+        if min_repeat_ms > 0:
+            while True:
+                ns = timer(argv, number)
+                if ns >= min_repeat_ms * 1e6 or number >= 1 << 30:
+                    break
+                number = max(number * 2, int(number * min_repeat_ms * 1e6 / max(ns, 1) * 1.1))
+        results = [timer(argv, number) / number * 1e-9 for _ in range(repeat)]
+        return TimeResult(statistics.median(results), results, number)
+
+    def assembly(self) -> str:
+        return self._compiled.assembly()
+
+    def __repr__(self) -> str:
+        return f"Kernel({', '.join(f'{n}{list(s)}:{d}' for n, s, d in self._specs)})"
