@@ -13,18 +13,26 @@ _lock = threading.Lock()
 _target_machine = None
 
 
+def _new_target_machine():
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=_host[0], features=_host[1], opt=3, reloc="default",
+                                        codemodel="jitdefault")
+
+
+_host: tuple[str, str] = ("", "")
+
+
 def target_machine():
-    """The host's target machine (CPU name and features), at O3; made once per process."""
-    global _target_machine
+    """The host's target machine (CPU name and features), at O3; made once per process and
+    used for optimisation and assembly (a JIT engine owns, and frees, a machine of its own)."""
+    global _target_machine, _host
     with _lock:
         if _target_machine is None:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             llvm.load_library_permanently(_libgomp_path())
-            target = llvm.Target.from_default_triple()
-            _target_machine = target.create_target_machine(
-                cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                opt=3, reloc="default", codemodel="jitdefault")
+            _host = (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+            _target_machine = _new_target_machine()
         return _target_machine
 
 
@@ -70,9 +78,8 @@ class CompiledModule:
     """A JIT-compiled module; keeps the engine (and so the code) alive."""
 
     def __init__(self, ir_text: str, name: str):
-        tm = target_machine()
         self.module = optimize(ir_text)
-        self.engine = llvm.create_mcjit_compiler(self.module, tm)
+        self.engine = llvm.create_mcjit_compiler(self.module, _new_target_machine())
         self.engine.finalize_object()
         self.name = name
         self.entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.engine.get_function_address(name))

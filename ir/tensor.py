@@ -140,7 +140,8 @@ def _axis_names(fcompute: Callable, ndim: int, name: str) -> list[str]:
         params = []
     if params and params[0].kind == inspect.Parameter.VAR_POSITIONAL:
         return [f"ax{i}" for i in range(ndim)]
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is inspect.Parameter.empty]
     if len(positional) != ndim:
         raise TypeError(f"compute '{name}': the shape has {ndim} dimension(s) but fcompute takes "
                         f"{len(positional)} argument(s) ({', '.join(p.name for p in positional)})")

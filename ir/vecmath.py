@@ -49,10 +49,14 @@ _LOGF_C2 = -2.12194440e-4
 _TANHF_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
 # float32 erf: N. Juffa's faithfully-rounded erff minimax split at 475/512 (stackoverflow.com/a/35148199).
 _ERFF_SPLIT = 0.927734375
-_ERFF_SMALL = tuple(map(float.fromhex, "-0x1.38ep-11 0x1.471a58p-8 -0x1.b691b2p-6 0x1.ce1c44p-4 -0x1.8127p-2 0x1.06eba8p-3".split()))
-_ERFF_LARGE_A = tuple(map(float.fromhex, "-0x1.22p-16 0x1.91cfb2p-12".split()))
-_ERFF_LARGE_B = tuple(map(float.fromhex, "-0x1.fd1438p-9 0x1.8d6342p-6".split()))
-_ERFF_LARGE_C = tuple(map(float.fromhex, "-0x1.b55cb8p-4 -0x1.450aa0p-1 -0x1.079d0cp-3".split()))
+def _hex(text: str) -> tuple[float, ...]:
+    return tuple(map(float.fromhex, text.split()))
+
+
+_ERFF_SMALL = _hex("-0x1.38ep-11 0x1.471a58p-8 -0x1.b691b2p-6 0x1.ce1c44p-4 -0x1.8127p-2 0x1.06eba8p-3")
+_ERFF_LARGE_A = _hex("-0x1.22p-16 0x1.91cfb2p-12")
+_ERFF_LARGE_B = _hex("-0x1.fd1438p-9 0x1.8d6342p-6")
+_ERFF_LARGE_C = _hex("-0x1.b55cb8p-4 -0x1.450aa0p-1 -0x1.079d0cp-3")
 
 
 class _V:
@@ -273,7 +277,8 @@ def _exp_f64_core(e: _Emitter, t: _V) -> _V:
 
 
 def _log_f64_core(e: _Emitter, x: _V) -> _V:
-    # log (double, ~1e-12 relative, positive normal x): x = 2^q*m, m in [sqrt(1/2), sqrt(2)), 2*atanh((m-1)/(m+1)) series.
+    # log (double, ~1e-12 relative, positive normal x): x = 2^q*m, m in [sqrt(1/2), sqrt(2)),
+    # log m = 2*atanh((m-1)/(m+1)) by its Taylor series.
     bits = e.cast("bitcast", x, "i64")
     q = e.cast("trunc", e.sub(e.ashr(bits, 52), 1023), "i32")
     m = e.cast("bitcast", e.or_(e.and_(bits, 0x000FFFFFFFFFFFFF), 0x3FF0000000000000), "f64")  # [1, 2)
@@ -288,7 +293,7 @@ def _log_f64_core(e: _Emitter, x: _V) -> _V:
 
 
 def _pow_f32(e: _Emitter, x: _V, y: _V) -> _V:
-    # pow: exp(y*log|x|) evaluated in double internally (so ~0.5 ulp); IEEE special cases and negative x with integer y.
+    # pow: exp(y*log|x|) evaluated in double internally (so ~0.5 ulp), then IEEE special cases and x < 0 with integer y.
     a = e.intrinsic("fabs", x)
     ad, yd = e.cast("fpext", a, "f64"), e.cast("fpext", y, "f64")
     lg = _log_f64_core(e, ad)
@@ -312,7 +317,7 @@ def _pow_f32(e: _Emitter, x: _V, y: _V) -> _V:
 
 
 def _sigmoid(e: _Emitter, x: _V, exp) -> _V:
-    # sigmoid: e = exp(-|x|) never overflows; 1/(1+e) for x >= 0, e/(1+e) for x < 0 (no cancellation, keeps denormals).
+    # sigmoid: e = exp(-|x|) never overflows; 1/(1+e) for x >= 0, e/(1+e) for x < 0 (keeps tiny results accurate).
     ex = exp(e, e.fneg(e.intrinsic("fabs", x)))
     num = e.select(e.fcmp("olt", x, 0.0), ex, 1.0)
     return e.fdiv(num, e.fadd(ex, 1.0))

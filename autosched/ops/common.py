@@ -123,6 +123,12 @@ def scaled(index, factor: int):
     return index if factor == 1 else index * factor
 
 
+def reduce_axes(kernel, layout: Layout) -> list:
+    """One reduce axis per kernel dimension, named after the layout's axes (rh, rw...)."""
+    names = [c.lower() for c in layout.name if c not in "NC"]
+    return [ir.reduce_axis(k, f"r{n}") for k, n in zip(kernel, names)]
+
+
 def window(out_index, reduce_index, stride, dilation) -> list:
     """Input positions read by a sliding window: ``out * stride + r * dilation`` per dimension."""
     return [scaled(o, s) + scaled(r, d) for o, r, s, d in zip(out_index, reduce_index, stride, dilation)]
@@ -142,14 +148,20 @@ class Sliding:
     padded: object  # Tensor
 
 
-def sliding(data, kernel, stride, padding, dilation, layout, what: str, pad_value=0.0,
-            pad_name: str = "pad") -> Sliding:
-    """Check and normalise the window parameters of ``data`` and pad it (one shared stage)."""
+def data_layout(data, layout, what: str) -> Layout:
+    """The layout of ``data``, checked against its rank (3, 4 or 5 dimensions)."""
     sd = data.ndim - 2
     if sd not in LAYOUTS:
         raise ValueError(f"{what}: data must have 3, 4 or 5 dimensions (batch, channels, 1 to 3 "
                          f"spatial), got shape {data.shape}")
-    lay = parse_layout(layout, sd, what)
+    return parse_layout(layout, sd, what)
+
+
+def sliding(data, kernel, stride, padding, dilation, layout, what: str, pad_value=0.0,
+            pad_name: str = "pad") -> Sliding:
+    """Check and normalise the window parameters of ``data`` and pad it (one shared stage)."""
+    lay = data_layout(data, layout, what)
+    sd = lay.spatial_dims
     n, c, in_sp = lay.unpack(data.shape)
     kernel = as_tuple(kernel, sd, f"{what}: kernel")
     stride = as_tuple(stride, sd, f"{what}: stride")

@@ -312,6 +312,27 @@ def test_exp_v8f32_is_vector_code():
     assert "run_exp" in asm
 
 
+def test_generic_cpu_without_fma():
+    # Baseline CPU of the host triple (x86-64: SSE2, no FMA, no SSE4.1): still call-free and within bounds.
+    names = ["exp", "log", "tanh", "sigmoid", "erf", "pow", "rsqrt"]
+    tm = llvm.Target.from_default_triple().create_target_machine(cpu="", features="", opt=3)
+    mod = llvm.parse_assembly(_module_text(names, "float32", 8))
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    assert re.search(r"^\s*(call|bl|jalr)\b", tm.emit_assembly(mod), re.M) is None
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    for name in names:
+        n = sweep(name)[0][::5].size // 8 * 8
+        args = [np.ascontiguousarray(a[::5][:n]) for a in sweep(name)]
+        out = np.empty(n, np.float32)
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(args) + 1)), ctypes.c_int64)
+        proto(engine.get_function_address(f"run_{name}"))(*[a.ctypes.data for a in args], out.ctypes.data, n)
+        with np.errstate(all="ignore"):
+            ref = REF[name](*[a.astype(np.float64) for a in args])
+        assert ulp_error(out, ref).max() <= ULP_BOUND[name], name
+
+
 def test_float32_transcendentals_never_call_libm():
     for name in TRANSCENDENTAL:
         for lanes in (1, 4, 8, 16):

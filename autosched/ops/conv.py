@@ -1,0 +1,190 @@
+"""The convolution family: N-d (grouped, dilated) convolution, depthwise, transposed, capsule.
+
+Every member pads its input as a separate stage (see ``common.pad``) and reduces over a
+window of it. Weight layouts: channel-last data takes a (*kernel, CI/groups, CO) weight
+(HWIO), channel-first data a (CO, CI/groups, *kernel) one (OIHW); the depthwise and
+transposed variants follow TVM (see their docstrings). Flops follow Ansor:
+2·N·OH·OW·CO·(CI/groups)·KH·KW, and for the transposed convolution only the useful
+multiply-adds, 2·N·H·W·CI·CO·KH·KW.
+"""
+from __future__ import annotations
+
+import math
+
+import ir
+
+from . import reference as ref
+from .common import (as_tuple, check_dims, data_layout, numel, out_size, pad, parse_layout, reduce_axes,
+                     sliding, window)
+from .registry import operator
+
+
+def _check_groups(what: str, ci: int, co: int, groups) -> None:
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"{what}: groups must be a positive int, got {groups!r}")
+    for label, c in (("input", ci), ("output", co)):
+        if c % groups:
+            raise ValueError(f"{what}: {c} {label} channels are not divisible by groups={groups}")
+
+
+def _split_weight(weight, channel_last: bool, what: str, data_ndim: int):
+    """(kernel, in-channels, out-channels) of a (*K, I, O) or (O, I, *K) weight."""
+    if weight.ndim != data_ndim:
+        raise ValueError(f"{what}: the weight has shape {weight.shape}; expected {data_ndim} dimensions "
+                         f"({'(*kernel, CI/groups, CO)' if channel_last else '(CO, CI/groups, *kernel)'})")
+    if channel_last:
+        return weight.shape[:-2], weight.shape[-2], weight.shape[-1]
+    return weight.shape[2:], weight.shape[1], weight.shape[0]
+
+
+def conv(data, weight, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", name=None):
+    """Convolution with 1 to 3 spatial dimensions (from the data's rank), grouped and dilated."""
+    what = name or "conv"
+    lay = data_layout(data, layout, what)
+    kernel, cig, co = _split_weight(weight, lay.channel_last, what, data.ndim)
+    ci = lay.unpack(data.shape)[1]
+    _check_groups(what, ci, co, groups)
+    if cig != ci // groups:
+        raise ValueError(f"{what}: the weight {weight.shape} has {cig} input channels per group, expected "
+                         f"CI/groups = {ci}/{groups} = {ci // groups}")
+    win = sliding(data, kernel, stride, padding, dilation, layout, what)
+    cog = co // groups
+    rc = ir.reduce_axis(cig, "rc")
+    rk = reduce_axes(kernel, lay)
+
+    def body(*idx):
+        n, c_out, sp = lay.unpack(idx)
+        c_in = rc if groups == 1 else (c_out // cog) * cig + rc
+        x = win.padded[lay.index(n, c_in, window(sp, rk, win.stride, win.dilation))]
+        if lay.channel_last:
+            return ir.sum(x * weight[(*rk, rc, c_out)], axis=[*rk, rc])
+        return ir.sum(x * weight[(c_out, rc, *rk)], axis=[rc, *rk])
+
+    tag = f"{'group_' if groups > 1 else ''}conv{lay.spatial_dims}d_{layout.lower()}"
+    return ir.compute(lay.shape(win.batch, co, win.out_spatial), body, name=name or tag, tag=tag)
+
+
+def _of_rank(spatial_dims: int):
+    def conv_nd(data, weight, stride=1, padding=0, dilation=1, groups=1,
+                layout=("NWC", "NHWC", "NDHWC")[spatial_dims - 1], name=None):
+        if data.ndim != spatial_dims + 2:
+            raise ValueError(f"conv{spatial_dims}d: data has shape {data.shape}; expected "
+                             f"{spatial_dims + 2} dimensions")
+        return conv(data, weight, stride, padding, dilation, groups, layout, name)
+    conv_nd.__name__ = conv_nd.__qualname__ = f"conv{spatial_dims}d"
+    conv_nd.__doc__ = f"``conv`` for data with {spatial_dims} spatial dimension(s)."
+    return conv_nd
+
+
+conv1d, conv2d, conv3d = _of_rank(1), _of_rank(2), _of_rank(3)
+
+
+def depthwise_conv2d(data, weight, stride=1, padding=0, dilation=1, layout="NHWC", name=None):
+    """Each channel convolved with its own filters. Weight (kh, kw, C, multiplier) for NHWC,
+    (C, multiplier, kh, kw) for NCHW; output channel ``c·multiplier + q``."""
+    what = name or "depthwise_conv2d"
+    lay = data_layout(data, layout, what)
+    kernel, c, m = _split_weight(weight, lay.channel_last, what, data.ndim)
+    if c != lay.unpack(data.shape)[1]:
+        raise ValueError(f"{what}: the weight {weight.shape} is for {c} channels, the data {data.shape} "
+                         f"has {lay.unpack(data.shape)[1]}")
+    win = sliding(data, kernel, stride, padding, dilation, layout, what)
+    rk = reduce_axes(kernel, lay)
+
+    def body(*idx):
+        n, c_out, sp = lay.unpack(idx)
+        c_in, q = (c_out, 0) if m == 1 else (c_out // m, c_out % m)
+        x = win.padded[lay.index(n, c_in, window(sp, rk, win.stride, win.dilation))]
+        w = weight[(*rk, c_in, q)] if lay.channel_last else weight[(c_in, q, *rk)]
+        return ir.sum(x * w, axis=rk)
+
+    tag = f"depthwise_conv{lay.spatial_dims}d_{layout.lower()}"
+    return ir.compute(lay.shape(win.batch, c * m, win.out_spatial), body, name=name or tag, tag=tag)
+
+
+def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None):
+    """The gradient of conv2d w.r.t. its input. Weight (kh, kw, CI, CO) for NHWC, (CI, CO, kh, kw)
+    for NCHW (TVM's). As in TVM, one stage ("dilate_pad") inserts stride−1 zeros between input
+    pixels and pads by kernel−1−padding; a stride-1 convolution with the flipped kernel follows."""
+    what = name or "conv2d_transpose"
+    lay = data_layout(data, layout, what)
+    sd = lay.spatial_dims
+    if weight.ndim != data.ndim:
+        raise ValueError(f"{what}: the weight has shape {weight.shape}; expected {data.ndim} dimensions")
+    kernel, ci, co = ((weight.shape[:-2], *weight.shape[-2:]) if lay.channel_last
+                      else (weight.shape[2:], *weight.shape[:2]))
+    n, data_ci, in_sp = lay.unpack(data.shape)
+    if ci != data_ci:
+        raise ValueError(f"{what}: the weight {weight.shape} has {ci} input channels, the data {data.shape} "
+                         f"has {data_ci}")
+    stride = as_tuple(stride, sd, f"{what}: stride")
+    padding = as_tuple(padding, sd, f"{what}: padding", minimum=0)
+    out_sp = tuple((i - 1) * s - 2 * p + k for i, s, p, k in zip(in_sp, stride, padding, kernel))
+    if min(out_sp) < 1:
+        raise ValueError(f"{what}: padding {padding} is too large for input {in_sp} with kernel {kernel} and "
+                         f"stride {stride}; output would be {out_sp}")
+    offsets = [k - 1 - p for k, p in zip(kernel, padding)]
+
+    def dilate_pad(*idx):
+        n_, c, sp = lay.unpack(idx)
+        conds, src = [], []
+        for t, off, s, size in zip(sp, offsets, stride, in_sp):
+            u = t - off if off else t
+            if off > 0:
+                conds += [t >= off, t < off + (size - 1) * s + 1]
+            if s > 1:
+                conds.append(u % s == 0)
+                u = u // s
+            src.append(u)
+        return ir.select(ir.all_of(conds), data[lay.index(n_, c, src)], 0)
+
+    if any(s > 1 for s in stride) or any(offsets):
+        dilated = ir.compute(lay.shape(n, ci, [o + k - 1 for o, k in zip(out_sp, kernel)]), dilate_pad,
+                             name="dilate_pad", tag="injective,pad")
+    else:
+        dilated = data
+    rc = ir.reduce_axis(ci, "rc")
+    rk = reduce_axes(kernel, lay)
+
+    def body(*idx):
+        n_, c_out, sp = lay.unpack(idx)
+        x = dilated[lay.index(n_, rc, [o + r for o, r in zip(sp, rk)])]
+        flipped = [k - 1 - r for k, r in zip(kernel, rk)]
+        if lay.channel_last:
+            return ir.sum(x * weight[(*flipped, rc, c_out)], axis=[*rk, rc])
+        return ir.sum(x * weight[(rc, c_out, *flipped)], axis=[rc, *rk])
+
+    tag = f"conv{sd}d_transpose_{layout.lower()}"
+    return ir.compute(lay.shape(n, co, out_sp), body, name=name or tag, tag=tag)
+
+
+def capsule_conv2d(data, weight, stride=1, padding=0, layout="NHWC", name=None):
+    """Capsule convolution (the paper's CAP): data (N, H, W, cap, cap, CI), weight
+    (k, k, cap, cap, CI, CO), out[n,h,w,i,j,co] = Σ data[n, h·s+rh−p, w·s+rw−p, i, rk, rc] ·
+    weight[rh, rw, rk, j, rc, co]. Only the channel-last layout exists (as in the paper)."""
+    what = name or "capsule_conv2d"
+    if layout != "NHWC":
+        raise ValueError(f"{what}: unknown layout {layout!r}; expected 'NHWC' (the only capsule layout)")
+    if data.ndim != 6 or weight.ndim != 6:
+        raise ValueError(f"{what}: data {data.shape} and weight {weight.shape} must both have 6 dimensions: "
+                         "(N, H, W, cap, cap, CI) and (k, k, cap, cap, CI, CO)")
+    n, h, w, cap_i, cap_k, ci = data.shape
+    kh, kw, wcap_k, cap_j, wci, co = weight.shape
+    if (wcap_k, wci) != (cap_k, ci):
+        raise ValueError(f"{what}: the weight {weight.shape} does not fit the data {data.shape}: "
+                         f"expected (k, k, {cap_k}, cap, {ci}, CO)")
+    s = as_tuple(stride, 2, f"{what}: stride")
+    p = as_tuple(padding, 2, f"{what}: padding", minimum=0)
+    out_sp = [out_size(size, k, ss, pp) for size, k, ss, pp in zip((h, w), (kh, kw), s, p)]
+    if min(out_sp) < 1:
+        raise ValueError(f"{what}: the kernel {(kh, kw)} does not fit the input {(h, w)} padded by {p}")
+    padded = pad(data, (0, p[0], p[1], 0, 0, 0))
+    rh, rw = ir.reduce_axis(kh, "rh"), ir.reduce_axis(kw, "rw")
+    rk, rc = ir.reduce_axis(cap_k, "rk"), ir.reduce_axis(ci, "rc")
+
+    def body(n_, y, x, i, j, c):
+        yy, xx = window((y, x), (rh, rw), s, (1, 1))
+        return ir.sum(padded[n_, yy, xx, i, rk, rc] * weight[rh, rw, rk, j, rc, c], axis=[rh, rw, rk, rc])
+
+    tag = "conv2d_capsule_nhwijc"
+    return ir.compute((n, *out_sp, cap_i, cap_j, co), body, name=name or tag, tag=tag)
