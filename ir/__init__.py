@@ -7,6 +7,9 @@ from .tensor import Tensor, Operation, PlaceholderOp, ComputeOp, placeholder, co
 from .simplify import simplify
 from .dag import ComputeDAG
 from .state import State, Stage, Iterator
+from .loops import InvalidStep
+from . import steps
+from .steps import Step
 from .loop_ir import Buffer
 from .lower import lower, LoweredFunc
 from .codegen import generate

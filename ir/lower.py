@@ -1,14 +1,27 @@
-"""Lowering: a State becomes a loop-IR function over flat buffers."""
+"""Lowering: a State becomes a loop-IR function over flat buffers.
+
+Root stages become loop nests one after the other; an inlined stage is expanded where it
+is read; an attached stage is emitted inside its target's loop with a buffer that holds
+only its region (indexed relative to the region's start), which is what lets a
+cache_write stage live in registers.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import dtype as dt
 from . import expr as E
 from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Stmt, Store, seq
 from .simplify import Simplifier
-from .tensor import ComputeOp
+from .bounds import all_iter_bounds
 
 _LOOP_KIND = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
+#: attached buffers live on the stack (thread-private inside parallel loops); larger is an error
+MAX_LOCAL_BYTES = 8 << 20
+
+
+class LoweringError(ValueError):
+    """The State cannot be lowered (e.g. an attached region too large for the stack)."""
 
 
 @dataclass
@@ -30,83 +43,116 @@ class Lowering:
         self.dag = state.dag
         self.stage_of = {id(st.op): st for st in state.stages}
         self.buffers: dict[int, Buffer] = {}
+        self.offsets: dict[int, tuple] = {}  # attached stages: region start of each dimension
         self.args: list[Buffer] = []
-        for pos, t in enumerate(self.dag.tensors):
+        for t in self.dag.tensors:
             buf = Buffer(t.name, t.dtype, t.shape, "arg")
             self.buffers[id(t.op)] = buf
             self.args.append(buf)
         self.allocations: list[Buffer] = []
-        for st in state.stages:
+        self.attached: dict[tuple[int, int], list[int]] = {}
+        for idx, st in enumerate(state.stages):
             if st.is_placeholder or st.compute_at == "inline" or id(st.op) in self.buffers:
                 continue
-            buf = Buffer(st.op.name, st.op.dtype, st.op.shape, "global")
-            self.buffers[id(st.op)] = buf
-            self.allocations.append(buf)
+            if st.compute_at == "iter":
+                self.attached.setdefault(st.attach, []).append(idx)
+                shape = st.root_extents[:len(st.axes)]
+                nbytes = dt.itemsize(st.op.dtype)
+                for n in shape:
+                    nbytes *= n
+                if nbytes > MAX_LOCAL_BYTES:
+                    raise LoweringError(f"stage '{st.name}' computed inside '{state.stages[st.attach[0]].name}' "
+                                        f"needs a {nbytes}-byte buffer per iteration (limit {MAX_LOCAL_BYTES})")
+                self.buffers[id(st.op)] = Buffer(st.op.name, st.op.dtype, shape, "local")
+                self.offsets[id(st.op)] = tuple(st.root_starts[:len(st.axes)])
+            else:
+                buf = Buffer(st.op.name, st.op.dtype, st.op.shape, "global")
+                self.buffers[id(st.op)] = buf
+                self.allocations.append(buf)
+        self.simplify = Simplifier(all_iter_bounds(state))
 
     def run(self, name: str) -> LoweredFunc:
-        body = seq(self.stage_nest(st) for st in self.state.stages
+        body = seq(self.stage_nest(idx) for idx, st in enumerate(self.state.stages)
                    if not st.is_placeholder and st.compute_at == "root")
         for buf in reversed(self.allocations):
             body = Allocate(buf, body)
         return LoweredFunc(name, self.args, body)
 
     # expressions -----------------------------------------------------------------------
+    def index(self, op, indices) -> E.Expr:
+        """Flat index of ``op``'s element ``indices`` in its buffer (region-relative if attached)."""
+        offsets = self.offsets.get(id(op))
+        if offsets is not None:
+            indices = [i if o is None else E.Binary("-", i, o) for i, o in zip(indices, offsets)]
+        return self.simplify(self.buffers[id(op)].flat_index(indices))
+
     def read(self, e: E.TensorRead) -> E.Expr:
         op = e.tensor.op
         st = self.stage_of.get(id(op))
         if st is not None and st.compute_at == "inline":
-            body = E.substitute(op.body, dict(zip(op.axis, e.indices)))
-            return self.expr(body)
-        return Load(self.buffers[id(op)], self.buffers[id(op)].flat_index(e.indices))
+            return self.expr(E.substitute(st.body, dict(zip(st.axes, e.indices))))
+        return Load(self.buffers[id(op)], self.index(op, e.indices))
 
     def expr(self, e: E.Expr) -> E.Expr:
         return E.transform(e, lambda n: self.read(n) if isinstance(n, E.TensorRead) else None)
 
     # statements ------------------------------------------------------------------------
-    def stage_nest(self, st) -> Stmt:
-        op: ComputeOp = st.op
-        simplify = Simplifier(st.iter_bounds())
-        axis_map = dict(zip(tuple(op.axis) + tuple(op.reduce_axis), st.axis_values))
+    def stage_nest(self, idx: int) -> Stmt:
+        st = self.state.stages[idx]
+        op = st.op
+        axis_map = dict(zip(st.all_axes, st.axis_values))
         buf = self.buffers[id(op)]
-        index = simplify(buf.flat_index([axis_map[ax] for ax in op.axis]))
-        body = op.body
-        guards = [simplify(g) for g in st.guards]
+        index = self.index(op, [axis_map[ax] for ax in st.axes])
+        body = st.body
+        guards = [self.simplify(g) for g in st.guards]
         guards = [g for g in guards if not (isinstance(g, E.Const) and g.value)]
         if isinstance(body, E.Reduce):
             acc = Load(buf, index)
-            source = simplify(self.expr(E.substitute(body.source, axis_map)))
+            source = self.simplify(self.expr(E.substitute(body.source, axis_map)))
             combined = E.Binary(body.combiner if body.combiner != "sum" else "+", acc, source)
             if body.condition is not None:
-                cond = simplify(self.expr(E.substitute(body.condition, axis_map)))
+                cond = self.simplify(self.expr(E.substitute(body.condition, axis_map)))
                 combined = E.Select(cond, combined, acc)
             update = _guarded(Store(buf, index, combined), guards)
             init = Store(buf, index, body.identity())
-            return self._reduction_nest(st, update, init, guards)
-        value = simplify(self.expr(E.substitute(body, axis_map)))
-        return self._wrap_pragma(st, self._loops(st.iters, _guarded(Store(buf, index, value), guards)))
+            nest = self._reduction_nest(idx, st, update, init, guards)
+        else:
+            value = self.simplify(self.expr(E.substitute(body, axis_map)))
+            nest = self._loops(idx, st.iters, 0, _guarded(Store(buf, index, value), guards))
+        if st.auto_unroll_max_step:
+            nest = Pragma("auto_unroll_max_step", st.auto_unroll_max_step, nest)
+        return nest
 
-    def _reduction_nest(self, st, update: Stmt, init: Store, guards) -> Stmt:
+    def _reduction_nest(self, idx: int, st, update: Stmt, init: Store, guards) -> Stmt:
         """Put the init before the outermost reduce loop, inside loops over the space
         iterators that come after it (as TVM does when reduce loops are reordered out)."""
         first = next((p for p, it in enumerate(st.iters) if it.kind == "reduce"), len(st.iters))
         inner_space = [it for it in st.iters[first:] if it.kind == "space"]
-        space_vars = {id(it.var) for it in st.iters if it.kind == "space"}
+        space_vars = {id(it.var) for it in st.iters if it.kind == "space"} | \
+            {id(v) for g in guards for v in E.free_vars(g)} - {id(it.var) for it in st.iters}
         init_guards = [g for g in guards if all(id(v) in space_vars for v in E.free_vars(g))]
-        init_nest = self._loops(inner_space, _guarded(init, init_guards), annotate=False)
-        main = self._loops(st.iters[first:], update)
-        return self._wrap_pragma(st, self._loops(st.iters[:first], seq([init_nest, main])))
+        init_nest = _plain_loops(inner_space, _guarded(init, init_guards))
+        main = self._loops(idx, st.iters[first:], first, update)
+        return self._loops(idx, st.iters[:first], 0, seq([init_nest, main]))
 
-    def _loops(self, iters, body: Stmt, annotate: bool = True) -> Stmt:
-        for it in reversed(iters):
-            kind = _LOOP_KIND[it.annotation] if annotate else "serial"
-            body = For(it.var, it.extent, kind, body, it.name)
+    def _loops(self, idx: int, iters, offset: int, body: Stmt) -> Stmt:
+        """Loops over ``iters`` (positions ``offset..``), with the stages attached to each
+        loop emitted at its top."""
+        for pos in range(len(iters) - 1, -1, -1):
+            it = iters[pos]
+            children = self.attached.get((idx, offset + pos), ())
+            if children:
+                body = seq([self.stage_nest(c) for c in children] + [body])
+                for c in reversed(children):
+                    body = Allocate(self.buffers[id(self.state.stages[c].op)], body)
+            body = For(it.var, it.extent, _LOOP_KIND[it.annotation], body, it.name)
         return body
 
-    @staticmethod
-    def _wrap_pragma(st, body: Stmt) -> Stmt:
-        if st.auto_unroll_max_step:
-            return Pragma("auto_unroll_max_step", st.auto_unroll_max_step, body)
-        return body
+
+def _plain_loops(iters, body: Stmt) -> Stmt:
+    for it in reversed(iters):
+        body = For(it.var, it.extent, "serial", body, it.name)
+    return body
 
 
 def _guarded(stmt: Stmt, guards) -> Stmt:

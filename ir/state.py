@@ -1,46 +1,42 @@
 """State: a program written as the DAG plus the transform steps applied to it.
 
-Stages and iterators are frozen; applying a step builds a new State that shares every
-stage it did not touch, so copying a State costs nothing. Each stage keeps the value of
-every original axis of its op as an expression over its current loop variables, so that
-lowering never has to replay split/fuse relations.
+Stages are frozen; applying a step builds a new State that shares every stage it did not
+touch, so copying a State costs nothing. A stage's loops are derived from its root axes
+and its primitive loop transforms (see ``loops``); a stage computed inside another one
+has root axes sized by bound inference, re-derived whenever its target's loops change.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from . import expr as E
-from .tensor import ComputeOp, Operation, PlaceholderOp
+from . import loops as L
+from .loops import InvalidStep, Iterator, LoopTransform, Loops, check
+from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 
-ANNOTATIONS = ("none", "parallel", "vectorize", "unroll")
-
-
-@dataclass(frozen=True, eq=False)
-class Iterator:
-    """One loop of a stage."""
-    name: str
-    extent: int
-    kind: str  # "space" or "reduce"
-    var: E.Var
-    annotation: str = "none"
-
-    def annotated(self, annotation: str) -> "Iterator":
-        return replace(self, annotation=annotation)
+__all__ = ["State", "Stage", "Iterator", "InvalidStep"]
 
 
 @dataclass(frozen=True, eq=False)
 class Stage:
-    """How one operation is computed: its loops, where it is computed and its pragmas."""
+    """How one operation is computed: its body, loops, location and pragmas."""
     op: Operation
-    iters: tuple[Iterator, ...]
-    #: value of each of ``op.axis + op.reduce_axis`` in terms of the iterators' variables
-    axis_values: tuple[E.Expr, ...]
-    #: conditions that must hold for an iteration to be real (from non-dividing splits)
-    guards: tuple[E.Expr, ...] = ()
-    #: "root", "inline" or "iter" (computed inside loop ``attach`` of another stage)
+    #: the computation (``op.body`` unless a cache/rfactor step rewrote it); None for inputs
+    body: E.Expr | None
+    axes: tuple[E.IterVar, ...]
+    reduce_axes: tuple[E.IterVar, ...]
+    root_extents: tuple[int, ...]
+    root_starts: tuple[E.Expr | None, ...]
+    transforms: tuple[LoopTransform, ...]
+    loops: Loops
+    #: "root", "inline" or "iter" (computed inside loop ``attach`` = (stage, iterator))
     compute_at: str = "root"
     attach: tuple[int, int] | None = None
     auto_unroll_max_step: int = 0
+    #: how the stage came to be: "op", "cache_write", "cache_read" or "rfactor"
+    origin: str = "op"
+    #: guards that keep an attached stage inside its tensor (set by bound inference)
+    region_guards: tuple[E.Expr, ...] = ()
 
     @property
     def is_placeholder(self) -> bool:
@@ -50,44 +46,132 @@ class Stage:
     def name(self) -> str:
         return self.op.name
 
+    @property
+    def iters(self) -> tuple[Iterator, ...]:
+        return self.loops.iters
+
+    @property
+    def axis_values(self) -> tuple[E.Expr, ...]:
+        return self.loops.axis_values
+
+    @property
+    def guards(self) -> tuple[E.Expr, ...]:
+        return self.loops.guards + self.region_guards
+
+    @property
+    def all_axes(self) -> tuple[E.IterVar, ...]:
+        return self.axes + self.reduce_axes
+
     def iter_bounds(self) -> dict:
         return {it.var: (0, it.extent - 1) for it in self.iters}
 
+    def iter_index(self, it) -> int:
+        if isinstance(it, int):
+            check(0 <= it < len(self.iters), f"stage '{self.name}' has no iterator {it} "
+                                              f"(it has {len(self.iters)}: {[i.name for i in self.iters]})")
+            return it
+        for pos, x in enumerate(self.iters):
+            if x is it or x.name == it:
+                return pos
+        raise InvalidStep(f"stage '{self.name}' has no iterator {getattr(it, 'name', it)!r}; "
+                          f"its iterators are {[i.name for i in self.iters]}")
 
-def initial_stage(op: Operation) -> Stage:
+    def with_transform(self, t: LoopTransform) -> "Stage":
+        return replace(self, loops=L.apply(self.loops, t), transforms=self.transforms + (t,))
+
+    def with_root(self, extents, starts, region_guards=()) -> "Stage":
+        """Re-derive the loops over new root extents/starts, replaying the transforms."""
+        loops = L.root_loops([a.name for a in self.all_axes], [a.kind for a in self.all_axes], extents, starts)
+        for t in self.transforms:
+            loops = L.apply(loops, t)
+        return replace(self, root_extents=tuple(extents), root_starts=tuple(starts), loops=loops,
+                       region_guards=tuple(region_guards))
+
+
+def make_stage(op: Operation, body=None, axes=None, reduce_axes=None, origin: str = "op") -> Stage:
     if isinstance(op, PlaceholderOp):
-        return Stage(op, (), ())
+        return Stage(op, None, (), (), (), (), (), Loops((), (), ()))
     assert isinstance(op, ComputeOp)
-    iters, values = [], []
-    for ax in tuple(op.axis) + tuple(op.reduce_axis):
-        var = E.Var(ax.name)
-        iters.append(Iterator(ax.name, ax.extent, ax.kind, var))
-        values.append(var if ax.lo == 0 else E.Binary("+", var, E.Const(ax.lo, var.dtype)))
-    return Stage(op, tuple(iters), tuple(values))
+    body = op.body if body is None else body
+    axes = tuple(op.axis) if axes is None else tuple(axes)
+    if reduce_axes is None:
+        reduce_axes = tuple(body.axes) if isinstance(body, E.Reduce) else ()
+    all_axes = axes + tuple(reduce_axes)
+    extents = tuple(a.extent for a in all_axes)
+    starts = tuple(None if a.lo == 0 else E.Const(a.lo, a.dtype) for a in all_axes)
+    loops = L.root_loops([a.name for a in all_axes], [a.kind for a in all_axes], extents, starts)
+    return Stage(op, body, axes, tuple(reduce_axes), extents, starts, (), loops, origin=origin)
 
 
 @dataclass(frozen=True, eq=False)
 class State:
-    """A program: the DAG, its stages (one per operation, in topological order) and the
-    steps that made them from the naive program."""
+    """A program: the DAG, its stages (in a valid computation order) and the steps that
+    made them from the naive program. Transform methods (``split``, ``fuse``, ``reorder``,
+    ``parallel``, ``vectorize``, ``unroll``, ``compute_at``, ``cache_write``, ... attached by
+    ``ir.steps``) take stages and iterators by name or index and return a new State."""
     dag: object
     stages: tuple[Stage, ...]
     steps: tuple = ()
 
     @classmethod
     def initial(cls, dag) -> "State":
-        return cls(dag, tuple(initial_stage(op) for op in dag.ops), ())
+        return cls(dag, tuple(make_stage(op) for op in dag.ops), ())
 
-    def stage_index(self, op_or_name) -> int:
+    # lookup ------------------------------------------------------------------------------
+    def stage_index(self, stage) -> int:
+        """Index of a stage given as an index, a Stage, an Operation, a Tensor or a name."""
+        if isinstance(stage, int):
+            check(0 <= stage < len(self.stages), f"no stage {stage}; the state has {len(self.stages)} stages")
+            return stage
+        if isinstance(stage, Tensor):
+            stage = stage.op
         for i, st in enumerate(self.stages):
-            if st.op is op_or_name or st.op.name == op_or_name:
+            if st is stage or st.op is stage or st.op.name == stage:
                 return i
-        raise KeyError(f"no stage for {op_or_name!r}; stages are {[s.name for s in self.stages]}")
+        raise InvalidStep(f"no stage {getattr(stage, 'name', stage)!r}; stages are {[s.name for s in self.stages]}")
+
+    def __getitem__(self, stage) -> Stage:
+        return self.stages[self.stage_index(stage)]
 
     def with_stage(self, index: int, stage: Stage) -> "State":
         stages = list(self.stages)
         stages[index] = stage
         return replace(self, stages=tuple(stages))
+
+    def attached_to(self, index: int) -> list[int]:
+        return [i for i, st in enumerate(self.stages) if st.compute_at == "iter" and st.attach[0] == index]
+
+    def readers(self, index: int) -> list[int]:
+        """Stages whose body reads stage ``index``'s tensor."""
+        tensor = self.stages[index].op.output
+        out = []
+        for i, st in enumerate(self.stages):
+            if st.body is not None and any(isinstance(e, E.TensorRead) and e.tensor is tensor
+                                           for e in E.walk(st.body)):
+                out.append(i)
+        return out
+
+    def consumers(self, index: int) -> list[int]:
+        """Non-inlined stages that read stage ``index``, looking through inlined ones."""
+        out: list[int] = []
+        for r in self.readers(index):
+            if self.stages[r].compute_at == "inline":
+                out.extend(c for c in self.consumers(r) if c not in out)
+            elif r not in out:
+                out.append(r)
+        return sorted(out)
+
+    # steps -------------------------------------------------------------------------------
+    def apply(self, step) -> "State":
+        """Apply one step (see ``ir.steps``); returns the new State."""
+        return step.apply(self)
+
+    def replay(self) -> "State":
+        """Rebuild this program from the naive one and its steps alone."""
+        state = State.initial(self.dag)
+        for step in self.steps:
+            state = step.apply(state)
+        return state
 
     def __str__(self) -> str:
         from .state_printer import state_str

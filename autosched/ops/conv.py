@@ -39,7 +39,7 @@ def _split_weight(weight, channel_last: bool, what: str, data_ndim: int):
 
 def conv(data, weight, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", name=None):
     """Convolution with 1 to 3 spatial dimensions (from the data's rank), grouped and dilated."""
-    what = name or "conv"
+    what = name or f"conv{data.ndim - 2}d"
     lay = data_layout(data, layout, what)
     kernel, cig, co = _split_weight(weight, lay.channel_last, what, data.ndim)
     ci = lay.unpack(data.shape)[1]
@@ -85,6 +85,8 @@ def depthwise_conv2d(data, weight, stride=1, padding=0, dilation=1, layout="NHWC
     what = name or "depthwise_conv2d"
     lay = data_layout(data, layout, what)
     kernel, c, m = _split_weight(weight, lay.channel_last, what, data.ndim)
+    if not lay.channel_last:
+        c, m = m, c  # (C, multiplier, *kernel), unlike the (CO, CI, *kernel) of conv
     if c != lay.unpack(data.shape)[1]:
         raise ValueError(f"{what}: the weight {weight.shape} is for {c} channels, the data {data.shape} "
                          f"has {lay.unpack(data.shape)[1]}")
@@ -136,7 +138,8 @@ def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None
                 conds.append(u % s == 0)
                 u = u // s
             src.append(u)
-        return ir.select(ir.all_of(conds), data[lay.index(n_, c, src)], 0)
+        x = data[lay.index(n_, c, src)]
+        return ir.select(ir.all_of(conds), x, 0) if conds else x
 
     if any(s > 1 for s in stride) or any(offsets):
         dilated = ir.compute(lay.shape(n, ci, [o + k - 1 for o, k in zip(out_sp, kernel)]), dilate_pad,
@@ -188,3 +191,108 @@ def capsule_conv2d(data, weight, stride=1, padding=0, layout="NHWC", name=None):
 
     tag = "conv2d_capsule_nhwijc"
     return ir.compute((n, *out_sp, cap_i, cap_j, co), body, name=name or tag, tag=tag)
+
+
+# workloads -----------------------------------------------------------------------------
+
+def _tuple(value, n: int) -> tuple:
+    return (value,) * n if isinstance(value, int) else tuple(value)
+
+
+def _channel_last(layout: str) -> bool:
+    return layout.endswith("C")
+
+
+def _conv_workload(what, N, spatial, CI, CO, kernel, stride, padding, dilation, groups, layout,
+                   weight_constant, dtype):
+    """Placeholders for a convolution: data in ``layout``, weight HWIO/OIHW to match."""
+    lay = parse_layout(layout, len(spatial), what)
+    check_dims(what, N=N, CI=CI, CO=CO, **{f"spatial[{i}]": s for i, s in enumerate(spatial)})
+    kernel = as_tuple(kernel, len(spatial), f"{what}: kernel")
+    _check_groups(what, CI, CO, groups)
+    data = ir.placeholder(lay.shape(N, CI, spatial), dtype, name="data")
+    w_shape = (*kernel, CI // groups, CO) if lay.channel_last else (CO, CI // groups, *kernel)
+    weight = ir.placeholder(w_shape, dtype, name="weight", constant=weight_constant)
+    return [data, weight, conv(data, weight, stride, padding, dilation, groups, layout)]
+
+
+def _conv_reference(ins, p):
+    sd = ins[0].ndim - 2
+    return [ref.conv(ins[0], ins[1], _tuple(p.stride, sd), _tuple(p.padding, sd), _tuple(p.dilation, sd),
+                     p.groups, _channel_last(p.layout))]
+
+
+def _conv_flops(ts, p):
+    sd = ts[0].ndim - 2
+    return 2 * numel(ts[-1].shape) * (p.CI // p.groups) * math.prod(_tuple(p.kernel, sd))
+
+
+@operator("conv1d", reference=_conv_reference, flops=_conv_flops)
+def conv1d_workload(N, L, CI, CO, kernel, stride=1, padding=0, dilation=1, groups=1, layout="NWC",
+                    weight_constant=True, dtype="float32"):
+    """1-d convolution of (N, L, CI) data (NWC; or NCW) with a (k, CI/groups, CO) weight (or OIW)."""
+    return _conv_workload("conv1d", N, (L,), CI, CO, kernel, stride, padding, dilation, groups, layout,
+                          weight_constant, dtype)
+
+
+@operator("conv2d", reference=_conv_reference, flops=_conv_flops)
+def conv2d_workload(N, H, W, CI, CO, kernel, stride=1, padding=0, dilation=1, groups=1, layout="NHWC",
+                    weight_constant=True, dtype="float32"):
+    """2-d convolution of (N, H, W, CI) data (NHWC; or NCHW) with an HWIO (or OIHW) weight."""
+    return _conv_workload("conv2d", N, (H, W), CI, CO, kernel, stride, padding, dilation, groups, layout,
+                          weight_constant, dtype)
+
+
+@operator("conv3d", reference=_conv_reference, flops=_conv_flops)
+def conv3d_workload(N, D, H, W, CI, CO, kernel, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC",
+                    weight_constant=True, dtype="float32"):
+    """3-d convolution of (N, D, H, W, CI) data (NDHWC; or NCDHW) with a DHWIO (or OIDHW) weight."""
+    return _conv_workload("conv3d", N, (D, H, W), CI, CO, kernel, stride, padding, dilation, groups, layout,
+                          weight_constant, dtype)
+
+
+@operator("depthwise_conv2d",
+          reference=lambda ins, p: [ref.depthwise_conv(ins[0], ins[1], _tuple(p.stride, 2), _tuple(p.padding, 2),
+                                                       _tuple(p.dilation, 2), _channel_last(p.layout))],
+          flops=lambda ts, p: 2 * numel(ts[-1].shape) * math.prod(_tuple(p.kernel, 2)))
+def depthwise_conv2d_workload(N, H, W, C, kernel, stride=1, padding=0, dilation=1, multiplier=1,
+                              layout="NHWC", weight_constant=True, dtype="float32"):
+    """Depthwise convolution of C channels, ``multiplier`` filters each (the suite's DEP)."""
+    lay = parse_layout(layout, 2, "depthwise_conv2d")
+    check_dims("depthwise_conv2d", N=N, H=H, W=W, C=C, multiplier=multiplier)
+    kernel = as_tuple(kernel, 2, "depthwise_conv2d: kernel")
+    data = ir.placeholder(lay.shape(N, C, (H, W)), dtype, name="data")
+    w_shape = (*kernel, C, multiplier) if lay.channel_last else (C, multiplier, *kernel)
+    weight = ir.placeholder(w_shape, dtype, name="weight", constant=weight_constant)
+    return [data, weight, depthwise_conv2d(data, weight, stride, padding, dilation, layout)]
+
+
+@operator("conv2d_transpose",
+          reference=lambda ins, p: [ref.conv_transpose(ins[0], ins[1], _tuple(p.stride, 2), _tuple(p.padding, 2),
+                                                       _channel_last(p.layout))],
+          flops=lambda ts, p: 2 * p.N * p.H * p.W * p.CI * p.CO * math.prod(_tuple(p.kernel, 2)))
+def conv2d_transpose_workload(N, H, W, CI, CO, kernel, stride=1, padding=0, layout="NHWC",
+                              weight_constant=True, dtype="float32"):
+    """Transposed convolution (the suite's T2D); weight (k, k, CI, CO) for NHWC, (CI, CO, k, k) for NCHW."""
+    lay = parse_layout(layout, 2, "conv2d_transpose")
+    check_dims("conv2d_transpose", N=N, H=H, W=W, CI=CI, CO=CO)
+    kernel = as_tuple(kernel, 2, "conv2d_transpose: kernel")
+    data = ir.placeholder(lay.shape(N, CI, (H, W)), dtype, name="data")
+    w_shape = (*kernel, CI, CO) if lay.channel_last else (CI, CO, *kernel)
+    weight = ir.placeholder(w_shape, dtype, name="weight", constant=weight_constant)
+    return [data, weight, conv2d_transpose(data, weight, stride, padding, layout)]
+
+
+@operator("capsule_conv2d",
+          reference=lambda ins, p: [ref.capsule_conv2d(ins[0], ins[1], _tuple(p.stride, 2), _tuple(p.padding, 2))],
+          flops=lambda ts, p: 2 * numel(ts[-1].shape) * math.prod(ts[1].shape[:3]) * p.CI)
+def capsule_conv2d_workload(N, H, W, CI, CO, kernel, stride=1, padding=0, capsule=4, layout="NHWC",
+                            weight_constant=True, dtype="float32"):
+    """Capsule convolution (the suite's CAP) with ``capsule`` x ``capsule`` pose matrices."""
+    check_dims("capsule_conv2d", N=N, H=H, W=W, CI=CI, CO=CO, capsule=capsule, kernel=kernel)
+    if layout != "NHWC":
+        raise ValueError(f"capsule_conv2d: unknown layout {layout!r}; expected 'NHWC' (the only capsule layout)")
+    data = ir.placeholder((N, H, W, capsule, capsule, CI), dtype, name="data")
+    weight = ir.placeholder((kernel, kernel, capsule, capsule, CI, CO), dtype, name="weight",
+                            constant=weight_constant)
+    return [data, weight, capsule_conv2d(data, weight, stride, padding)]

@@ -116,11 +116,11 @@ def conv_transpose(x, w, stride, padding, channel_last):
 def capsule_conv2d(x, w, stride, padding):
     """x (N, H, W, cap, cap, CI), w (k, k, cap, cap, CI, CO) -> (N, H', W', cap, cap, CO)."""
     x, w = np.asarray(x, F64), np.asarray(w, F64)
-    xp = _pad_spatial(x, (padding, padding))
+    xp = _pad_spatial(x, padding)
     kernel = w.shape[:2]
-    out_sp = _out_spatial(xp.shape[1:3], kernel, (stride,) * 2, (1, 1))
+    out_sp = _out_spatial(xp.shape[1:3], kernel, stride, (1, 1))
     out = np.zeros((x.shape[0], *out_sp, x.shape[3], w.shape[3], w.shape[5]))
-    for offs, patch in _patches(xp, kernel, (stride,) * 2, (1, 1), out_sp):
+    for offs, patch in _patches(xp, kernel, stride, (1, 1), out_sp):
         out += np.einsum("nhwikc,kjco->nhwijo", patch, w[offs])
     return out
 

@@ -1,0 +1,178 @@
+"""The loop structure of one stage and the primitive transforms on it.
+
+A stage's loops are derived from its *root* axes (one per space/reduce axis, each with an
+extent and a start offset: the whole axis at root, the needed region when computed inside
+another stage) by replaying its primitive loop transforms (split, fuse, reorder, annotate).
+Keeping the primitives lets bound inference change the root extents and re-derive every
+loop, as TVM's InferBound does. Each transform also says how iterator positions move, so
+that attach points follow their iterators.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import expr as E
+from .simplify import Simplifier
+
+
+class InvalidStep(ValueError):
+    """A transform step that does not apply to this State; the message says why."""
+
+
+def check(cond: bool, message: str) -> None:
+    if not cond:
+        raise InvalidStep(message)
+
+
+@dataclass(frozen=True, eq=False)
+class Iterator:
+    """One loop of a stage."""
+    name: str
+    extent: int
+    kind: str  # "space" or "reduce"
+    var: E.Var
+    annotation: str = "none"
+
+
+@dataclass(frozen=True)
+class LoopTransform:
+    """A resolved primitive: ("split", iter, lengths, inner_to_outer), ("fuse", iters),
+    ("reorder", order) or ("annotate", iter, annotation)."""
+    kind: str
+    args: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Loops:
+    iters: tuple[Iterator, ...]
+    #: value of each root axis in terms of the iterators' variables
+    axis_values: tuple[E.Expr, ...]
+    #: conditions for an iteration to be real (from splits that do not divide)
+    guards: tuple[E.Expr, ...]
+
+
+def root_loops(names, kinds, extents, starts) -> Loops:
+    iters, values = [], []
+    for name, kind, extent, start in zip(names, kinds, extents, starts):
+        var = E.Var(name)
+        iters.append(Iterator(name, extent, kind, var))
+        values.append(var if start is None else E.Binary("+", start, var))
+    return Loops(tuple(iters), tuple(values), ())
+
+
+def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_guards=()) -> Loops:
+    bounds = {it.var: (0, it.extent - 1) for it in iters}
+    simplify = Simplifier(bounds)
+    values = tuple(simplify(E.substitute(v, mapping)) for v in loops.axis_values)
+    guards = [simplify(E.substitute(g, mapping)) for g in loops.guards] + [simplify(g) for g in new_guards]
+    guards = tuple(g for g in guards if not (isinstance(g, E.Const) and g.value))
+    check(not any(isinstance(g, E.Const) for g in guards), "a split leaves no valid iteration")
+    return Loops(iters, values, guards)
+
+
+def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
+    """Split iterator ``iter_id`` into ``len(lengths) + 1`` parts. ``lengths`` give the inner
+    parts' extents (outer part derived) when ``inner_to_outer``, else the outer parts'
+    (innermost derived); ``None`` means 1 (a length not chosen yet)."""
+    check(0 <= iter_id < len(loops.iters), f"split: iterator {iter_id} out of range 0..{len(loops.iters) - 1}")
+    it = loops.iters[iter_id]
+    check(it.annotation == "none", f"split: iterator '{it.name}' is annotated {it.annotation}; split before annotating")
+    lengths = [1 if x is None else int(x) for x in lengths]
+    check(len(lengths) >= 1 and all(x >= 1 for x in lengths),
+          f"split: lengths must be positive ints, got {lengths}")
+    prod = 1
+    for x in lengths:
+        prod *= x
+    derived = -(-it.extent // prod)
+    extents = [derived] + lengths if inner_to_outer else lengths + [derived]
+    parts = tuple(Iterator(f"{it.name}.{n}", ext, it.kind, E.Var(f"{it.name}.{n}")) for n, ext in enumerate(extents))
+    value: E.Expr = parts[0].var
+    for p in parts[1:]:
+        value = E.Binary("+", E.Binary("*", value, E.Const(p.extent, value.dtype)), p.var)
+    guards = [] if derived * prod == it.extent else [E.Compare("<", value, E.Const(it.extent, value.dtype))]
+    iters = loops.iters[:iter_id] + parts + loops.iters[iter_id + 1:]
+    return _substitute(loops, {it.var: value}, iters, guards)
+
+
+def fuse(loops: Loops, iter_ids) -> Loops:
+    ids = list(iter_ids)
+    check(len(ids) >= 1, "fuse: needs at least one iterator")
+    check(ids == list(range(ids[0], ids[0] + len(ids))), f"fuse: iterators must be consecutive, got {ids}")
+    check(0 <= ids[0] and ids[-1] < len(loops.iters), f"fuse: iterators {ids} out of range")
+    group = loops.iters[ids[0]:ids[-1] + 1]
+    kinds = {it.kind for it in group}
+    check(len(kinds) == 1, f"fuse: cannot fuse space and reduce iterators together ({[i.name for i in group]})")
+    for it in group:
+        check(it.annotation == "none", f"fuse: iterator '{it.name}' is annotated {it.annotation}")
+    if len(group) == 1:
+        return loops
+    extent = 1
+    for it in group:
+        extent *= it.extent
+    name = "@".join(it.name for it in group) + "@"
+    fused = Iterator(name, extent, group[0].kind, E.Var(name))
+    mapping, stride = {}, 1
+    for pos in range(len(group) - 1, -1, -1):
+        it = group[pos]
+        value: E.Expr = fused.var
+        if stride > 1:
+            value = E.Binary("//", value, E.Const(stride, value.dtype))
+        if pos > 0:
+            value = E.Binary("%", value, E.Const(it.extent, value.dtype))
+        mapping[it.var] = value
+        stride *= it.extent
+    iters = loops.iters[:ids[0]] + (fused,) + loops.iters[ids[-1] + 1:]
+    return _substitute(loops, mapping, iters)
+
+
+def reorder(loops: Loops, order) -> Loops:
+    order = list(order)
+    check(sorted(order) == list(range(len(loops.iters))),
+          f"reorder: order must be a permutation of 0..{len(loops.iters) - 1}, got {order}")
+    return Loops(tuple(loops.iters[i] for i in order), loops.axis_values, loops.guards)
+
+
+ANNOTATIONS = ("none", "parallel", "vectorize", "unroll")
+
+
+def annotate(loops: Loops, iter_id: int, annotation: str) -> Loops:
+    check(annotation in ANNOTATIONS, f"annotate: unknown annotation {annotation!r}; expected one of {ANNOTATIONS}")
+    check(0 <= iter_id < len(loops.iters), f"annotate: iterator {iter_id} out of range 0..{len(loops.iters) - 1}")
+    it = loops.iters[iter_id]
+    if annotation == "parallel":
+        check(it.kind == "space", f"annotate: cannot parallelise reduce iterator '{it.name}' (a data race)")
+    if annotation == "vectorize" and it.kind == "reduce":
+        check(iter_id == len(loops.iters) - 1,
+              f"annotate: reduce iterator '{it.name}' can be vectorised only as the innermost loop "
+              "(a horizontal reduction); reorder it inside first")
+    iters = list(loops.iters)
+    iters[iter_id] = Iterator(it.name, it.extent, it.kind, it.var, annotation)
+    return Loops(tuple(iters), loops.axis_values, loops.guards)
+
+
+def apply(loops: Loops, t: LoopTransform) -> Loops:
+    if t.kind == "split":
+        return split(loops, *t.args)
+    if t.kind == "fuse":
+        return fuse(loops, *t.args)
+    if t.kind == "reorder":
+        return reorder(loops, *t.args)
+    return annotate(loops, *t.args)
+
+
+def position_map(t: LoopTransform, n_iters: int):
+    """Where each old iterator position goes (a split iterator maps to its innermost part,
+    fused ones to the fused iterator)."""
+    if t.kind == "split":
+        iter_id, lengths = t.args[0], t.args[1]
+        extra = len(lengths)
+        return lambda i: i if i < iter_id else (i + extra)
+    if t.kind == "fuse":
+        ids = list(t.args[0])
+        lo, hi = ids[0], ids[-1]
+        return lambda i: i if i < lo else (lo if i <= hi else i - (hi - lo))
+    if t.kind == "reorder":
+        order = list(t.args[0])
+        inverse = {old: new for new, old in enumerate(order)}
+        return lambda i: inverse[i]
+    return lambda i: i
