@@ -26,6 +26,8 @@ from .simplify import Simplifier, structural_key
 from .vecmath import math_function
 
 MAX_VECTOR_LANES = 16
+#: vector loops of at most this many chunks of MAX_VECTOR_LANES are unrolled
+MAX_UNROLLED_CHUNKS = 8
 FLOAT_FLAGS = "contract"
 REDUCE_FLAGS = "reassoc contract"
 
@@ -587,7 +589,8 @@ class FunctionBuilder:
                 self.vec_base = None
                 self.env[id(s.var)] = lanes_const
             else:
-                base = self.instr(f"mul nuw nsw i64 {chunk.ref}, {width}", "i64", 1)
+                base = (Value(str(int(chunk.ref) * width), "i64") if chunk.ref.isdigit() else
+                        self.instr(f"mul nuw nsw i64 {chunk.ref}, {width}", "i64", 1))
                 self.vec_base = base
                 vb = self.broadcast(base, width)
                 self.env[id(s.var)] = self.instr(f"add nuw nsw <{width} x i64> {vb.ref}, {lanes_const.ref}",
@@ -600,6 +603,10 @@ class FunctionBuilder:
 
         if chunks == 1:
             body(None)
+        elif chunks <= MAX_UNROLLED_CHUNKS:
+            # a short vector loop is unrolled, so its chunks' accumulators can stay in registers
+            for c in range(chunks):
+                body(Value(str(c), "i64"))
         else:
             chunk_var = E.Var(s.var.name + ".chunk")
             self.serial_loop(chunk_var, chunks, lambda: body(self.env[id(chunk_var)]))

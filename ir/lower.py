@@ -14,6 +14,7 @@ from . import expr as E
 from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Stmt, Store, seq
 from .simplify import Simplifier
 from .bounds import all_iter_bounds
+from .layout import plan_all
 
 _LOOP_KIND = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
 #: attached buffers live on the stack (thread-private inside parallel loops); larger is an error
@@ -30,6 +31,8 @@ class LoweredFunc:
     name: str
     args: list[Buffer]
     body: Stmt
+    #: constant inputs stored in a rewritten layout, by tensor name
+    layouts: dict = None
 
     def __str__(self) -> str:
         from .loop_ir import stmt_str
@@ -38,15 +41,17 @@ class LoweredFunc:
 
 
 class Lowering:
-    def __init__(self, state):
+    def __init__(self, state, layout_rewrite: bool = False):
         self.state = state
         self.dag = state.dag
+        self.layouts = plan_all(state) if layout_rewrite else {}
         self.stage_of = {id(st.op): st for st in state.stages}
         self.buffers: dict[int, Buffer] = {}
         self.offsets: dict[int, tuple] = {}  # attached stages: region start of each dimension
         self.args: list[Buffer] = []
         for t in self.dag.tensors:
-            buf = Buffer(t.name, t.dtype, t.shape, "arg")
+            layout = self.layouts.get(id(t.op))
+            buf = Buffer(t.name, t.dtype, t.shape if layout is None else layout.shape, "arg")
             self.buffers[id(t.op)] = buf
             self.args.append(buf)
         self.allocations: list[Buffer] = []
@@ -76,7 +81,7 @@ class Lowering:
                    if not st.is_placeholder and st.compute_at == "root")
         for buf in reversed(self.allocations):
             body = Allocate(buf, body)
-        return LoweredFunc(name, self.args, body)
+        return LoweredFunc(name, self.args, body, {p.tensor_name: p for p in self.layouts.values()})
 
     # expressions -----------------------------------------------------------------------
     def index(self, op, indices) -> E.Expr:
@@ -91,6 +96,9 @@ class Lowering:
         st = self.stage_of.get(id(op))
         if st is not None and st.compute_at == "inline":
             return self.expr(E.substitute(st.body, dict(zip(st.axes, e.indices))))
+        layout = self.layouts.get(id(op))
+        if layout is not None:
+            return Load(self.buffers[id(op)], self.simplify(self.buffers[id(op)].flat_index(layout.new_index())))
         return Load(self.buffers[id(op)], self.index(op, e.indices))
 
     def expr(self, e: E.Expr) -> E.Expr:
@@ -150,8 +158,11 @@ class Lowering:
 
 
 def _plain_loops(iters, body: Stmt) -> Stmt:
+    """Loops of a reduction's init: unrolled/vectorised like the main nest (so a register
+    tile is initialised with constant indices) but never parallel."""
     for it in reversed(iters):
-        body = For(it.var, it.extent, "serial", body, it.name)
+        kind = _LOOP_KIND[it.annotation] if it.annotation in ("unroll", "vectorize") else "serial"
+        body = For(it.var, it.extent, kind, body, it.name)
     return body
 
 
@@ -159,8 +170,9 @@ def _guarded(stmt: Stmt, guards) -> Stmt:
     return IfThenElse(E.all_of(guards), stmt) if guards else stmt
 
 
-def lower(state, name: str = "main") -> LoweredFunc:
-    """Lower ``state`` (a State, or a ComputeDAG for its naive program) to the loop IR."""
+def lower(state, name: str = "main", layout_rewrite: bool = False) -> LoweredFunc:
+    """Lower ``state`` (a State, or a ComputeDAG for its naive program) to the loop IR;
+    ``layout_rewrite`` stores constant inputs in the order their reading loops walk them."""
     if not hasattr(state, "stages"):
         state = state.init_state()
-    return Lowering(state).run(name)
+    return Lowering(state, layout_rewrite).run(name)

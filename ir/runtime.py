@@ -100,7 +100,9 @@ class Kernel:
         self.lowered = lowered
         self.llvm_ir = ir_text
         self._compiled = compiled
-        self._specs = [(t.name, tuple(t.shape), np.dtype(t.dtype)) for t in dag.tensors]
+        self.layouts = dict(lowered.layouts or {})
+        self._specs = [(t.name, tuple(self.layouts[t.name].shape if t.name in self.layouts else t.shape),
+                        np.dtype(t.dtype)) for t in dag.tensors]
         self._argv_type = ctypes.c_void_p * len(self._specs)
 
     def _pack(self, arrays) -> ctypes.Array:
@@ -115,6 +117,9 @@ class Kernel:
             if arr.dtype != dtype:
                 raise TypeError(f"input '{name}' has dtype {arr.dtype}, the kernel expects {dtype}")
             if arr.shape != shape:
+                if name in self.layouts and arr.shape == self.layouts[name].original_shape:
+                    raise ValueError(f"input '{name}' is a layout-rewritten constant: the kernel expects its "
+                                     f"packed form of shape {shape}; make it once with kernel.pack('{name}', array)")
                 raise ValueError(f"input '{name}' has shape {arr.shape}, the kernel expects {shape}")
             if not arr.flags.c_contiguous:
                 raise ValueError(f"input '{name}' is not C-contiguous; pass np.ascontiguousarray({name})")
@@ -140,6 +145,18 @@ class Kernel:
                 number = max(number * 2, int(number * min_repeat_ms * 1e6 / max(ns, 1) * 1.1))
         results = [timer(argv, number) / number * 1e-9 for _ in range(repeat)]
         return TimeResult(statistics.median(results), results, number)
+
+    def pack(self, name: str, array: np.ndarray) -> np.ndarray:
+        """The packed form of constant input ``name`` that this kernel takes in its place
+        (pay it once per weight, not per call)."""
+        layout = self.layouts.get(name)
+        if layout is None:
+            raise KeyError(f"'{name}' is not a layout-rewritten input of this kernel "
+                           f"(rewritten: {sorted(self.layouts) or 'none'})")
+        array = np.asarray(array)
+        if array.shape != layout.original_shape:
+            raise ValueError(f"pack('{name}'): got shape {array.shape}, expected {layout.original_shape}")
+        return layout.pack(array)
 
     def assembly(self) -> str:
         return self._compiled.assembly()

@@ -1,0 +1,134 @@
+"""Layout rewrite of constant inputs (weights), as Ansor does for conv2d and dense weights.
+
+A constant tensor read by one stage is stored in the order in which that stage's loops
+walk it: each index of the read is an affine form over loop-variable atoms (a loop
+variable, or a fused variable's ``// n`` or ``% n`` part); the new layout has one
+dimension per atom, ordered by loop position, so the innermost loops read it
+contiguously (for a tiled GEMM, B becomes column panels). The packing happens once,
+outside the kernel (``Kernel.pack``): the kernel's argument is the packed array.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import expr as E
+from .bounds import all_iter_bounds, expand_reads
+from .simplify import Simplifier, interval, structural_key
+
+#: give up when the packed layout would be this much larger than the original
+MAX_GROWTH = 2.0
+
+
+@dataclass
+class LayoutPlan:
+    """How one constant is repacked: ``atoms`` (loop-variable parts, outer to inner) with
+    their ranges give the new shape; ``forms`` give each original index from the atoms."""
+    tensor_name: str
+    original_shape: tuple[int, ...]
+    atoms: list[E.Expr]
+    lows: list[int]
+    shape: tuple[int, ...]
+    #: per original dimension: (constant, [(atom position, coefficient), ...])
+    forms: list[tuple[int, list[tuple[int, int]]]]
+    stage_name: str
+
+    def new_index(self) -> list[E.Expr]:
+        """Indices into the packed buffer, as expressions of the reading stage's loops."""
+        return [a if lo == 0 else E.Binary("-", a, E.Const(lo, a.dtype)) for a, lo in zip(self.atoms, self.lows)]
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        """The packed copy of ``array`` (zeros where a padded tile runs past its edge)."""
+        grids = np.indices(self.shape, dtype=np.int64) if self.shape else np.zeros((0,), np.int64)
+        valid = np.ones(self.shape, dtype=bool)
+        old = []
+        for d, (const, terms) in enumerate(self.forms):
+            idx = np.full(self.shape, const, dtype=np.int64)
+            for pos, coef in terms:
+                idx += coef * (grids[pos] + self.lows[pos])
+            valid &= (idx >= 0) & (idx < self.original_shape[d])
+            old.append(np.where(valid, idx, 0))
+        packed = array[tuple(old)] if old else np.broadcast_to(array, self.shape).copy()
+        packed[~valid] = 0
+        return np.ascontiguousarray(packed)
+
+
+def _loop_position(state, stage_idx: int) -> dict[int, int]:
+    """Position of every loop variable on the path from the root to ``stage_idx``'s loops."""
+    segments = [(stage_idx, None)]
+    st = state.stages[stage_idx]
+    while st.compute_at == "iter":
+        target, pos = st.attach
+        segments.append((target, pos))
+        st = state.stages[target]
+    order = []
+    for idx, upto in reversed(segments):
+        iters = state.stages[idx].iters
+        order.extend(it.var for it in (iters if upto is None else iters[:upto + 1]))
+    return {id(v): p for p, v in enumerate(order)}
+
+
+def plan(state, tensor) -> LayoutPlan | None:
+    """A layout for constant ``tensor``, or None when its reads do not allow one (read by
+    several stages, through inlined stages, with different indices, or too large)."""
+    readers = [i for i in state.readers(state.stage_index(tensor.op)) if state.stages[i].compute_at != "inline"]
+    all_readers = state.readers(state.stage_index(tensor.op))
+    if len(readers) != 1 or len(all_readers) != 1:
+        return None
+    sidx = readers[0]
+    st = state.stages[sidx]
+    reads = expand_reads(state, st.body, tensor)
+    keys = {tuple(structural_key(i) for i in r) for r in reads}
+    if len(keys) != 1:
+        return None
+    bounds = all_iter_bounds(state)
+    simplify = Simplifier(bounds)
+    mapping = dict(zip(st.all_axes, st.axis_values))
+    positions = _loop_position(state, sidx)
+    atoms: dict = {}
+    forms = []
+    for index in reads[0]:
+        form = simplify.affine(simplify(E.substitute(index, mapping)))
+        terms = []
+        for key, (atom, coef) in form.terms.items():
+            vars_ = E.free_vars(atom)
+            if not vars_ or any(id(v) not in positions for v in vars_):
+                return None
+            if key not in atoms:
+                atoms[key] = atom
+            terms.append((key, coef))
+        forms.append((form.const, terms))
+
+    def order_key(item):
+        key, atom = item
+        pos = max(positions[id(v)] for v in E.free_vars(atom))
+        sub = 0 if isinstance(atom, E.Binary) and atom.op == "//" else 1
+        return (pos, sub)
+
+    ordered = sorted(atoms.items(), key=order_key)
+    lows, shape = [], []
+    for _, atom in ordered:
+        lo, hi = interval(atom, bounds)
+        if lo == -float("inf") or hi == float("inf"):
+            return None
+        lows.append(int(lo))
+        shape.append(int(hi - lo + 1))
+    size = int(np.prod(shape)) if shape else 1
+    if size > MAX_GROWTH * int(np.prod(tensor.shape)):
+        return None
+    where = {key: p for p, (key, _) in enumerate(ordered)}
+    plan_forms = [(const, [(where[k], c) for k, c in terms]) for const, terms in forms]
+    return LayoutPlan(tensor.name, tuple(tensor.shape), [a for _, a in ordered], lows, tuple(shape),
+                      plan_forms, st.name)
+
+
+def plan_all(state) -> dict[int, LayoutPlan]:
+    """Plans for every constant placeholder of the DAG that can be rewritten (by op id)."""
+    out = {}
+    for t in state.dag.inputs:
+        if getattr(t.op, "constant", False):
+            p = plan(state, t)
+            if p is not None:
+                out[id(t.op)] = p
+    return out
