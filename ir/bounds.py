@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import expr as E
-from .simplify import Affine, Simplifier, interval
+from .simplify import Affine, Simplifier, interval, structural_key
 
 
 def all_iter_bounds(state) -> dict:
@@ -60,24 +60,40 @@ def _split_affine(form: Affine, inner: set, bounds: dict):
     return base, lo, hi
 
 
+def scope_stages(state, target: int, pos: int) -> list[int]:
+    """Stages computed inside loop ``pos`` of stage ``target`` (directly or nested)."""
+    out: list[int] = []
+    for child in state.attached_to(target):
+        if state.stages[child].attach[1] >= pos:
+            out.append(child)
+            out.extend(c for c in scope_stages(state, child, 0) if c not in out)
+    return out
+
+
 def infer_region(state, index: int):
-    """Root extents, starts and guards of attached stage ``index``."""
+    """Root extents, starts and guard specs of attached stage ``index``: the region its
+    consumers inside the attach point (the target and stages computed within it) read."""
     st = state.stages[index]
     target_idx, pos = st.attach
     target = state.stages[target_idx]
-    reads = expand_reads(state, target.body, st.op.output)
-    mapping = dict(zip(target.all_axes, target.axis_values))
+    inside = [c for c in scope_stages(state, target_idx, pos) if c != index]
     inner = {id(it.var) for it in target.iters[pos + 1:]}
+    reads = []
+    for c in [target_idx] + inside:
+        cst = state.stages[c]
+        if c != target_idx:
+            inner |= {id(it.var) for it in cst.iters}
+        mapping = dict(zip(cst.all_axes, cst.axis_values))
+        reads.extend(tuple(E.substitute(i, mapping) for i in r) for r in expand_reads(state, cst.body, st.op.output))
     bounds = all_iter_bounds(state)
     simplify = Simplifier(bounds)
     shape = st.op.shape
-    n_space = len(st.axes)
     extents, starts, guards = [], [], []
-    for d in range(n_space):
+    for d in range(len(st.axes)):
         base0, lo0, hi0 = None, None, None
         relax = False
         for indices in reads:
-            form = simplify.affine(simplify(E.substitute(indices[d], mapping)))
+            form = simplify.affine(simplify(indices[d]))
             base, lo, hi = _split_affine(form, inner, bounds)
             if lo == -float("inf") or hi == float("inf"):
                 relax = True
@@ -109,22 +125,36 @@ def infer_region(state, index: int):
     return extents, starts, guards
 
 
-def reinfer(state, index: int):
-    """Recompute the region of attached stage ``index`` and of everything attached below it."""
-    st = state.stages[index]
-    if st.compute_at == "iter":
-        extents, starts, guard_specs = infer_region(state, index)
+def _same_root(st, extents, starts) -> bool:
+    if tuple(extents) != st.root_extents:
+        return False
+    for a, b in zip(starts, st.root_starts):
+        if (a is None) != (b is None) or (a is not None and structural_key(a) != structural_key(b)):
+            return False
+    return True
+
+
+def reinfer(state):
+    """Recompute the region of every attached stage, consumers before producers (a region
+    depends on the loops of the stages that read it); stages whose region did not change
+    keep their loops (and loop variables)."""
+    for index in range(len(state.stages) - 1, -1, -1):
+        st = state.stages[index]
+        if st.compute_at == "iter":
+            extents, starts, guard_specs = infer_region(state, index)
+        elif st.compute_at == "root" and any(s is not None and not isinstance(s, E.Const) for s in st.root_starts):
+            extents = [a.extent for a in st.all_axes]
+            starts = [None if a.lo == 0 else E.Const(a.lo, "int64") for a in st.all_axes]
+            guard_specs = []
+        else:
+            continue
+        if _same_root(st, extents, starts):
+            continue
         st = st.with_root(extents, starts)
         guards = []
         for d, kind in guard_specs:
             value = st.axis_values[d]
             guards.append(E.Compare(">=", value, E.Const(0, "int64")) if kind == ">=" else
                           E.Compare("<", value, E.Const(st.op.shape[d], "int64")))
-        st = replace(st, region_guards=tuple(guards))
-    elif st.compute_at == "root" and any(s is not None and not isinstance(s, E.Const) for s in st.root_starts):
-        st = st.with_root([a.extent for a in st.all_axes],
-                          [None if a.lo == 0 else E.Const(a.lo, "int64") for a in st.all_axes])
-    state = state.with_stage(index, st)
-    for child in state.attached_to(index):
-        state = reinfer(state, child)
+        state = state.with_stage(index, replace(st, region_guards=tuple(guards)))
     return state

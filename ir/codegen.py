@@ -223,7 +223,7 @@ class FunctionBuilder:
             return self.instr(f"{op} {full} {a.ref}, {b.ref}", ty, lanes)
         if dt.is_float(e.dtype):
             if op in ("min", "max"):
-                return self.intrinsic("minnum" if op == "min" else "maxnum", [a, b], ty, lanes)
+                return self.float_minmax(op, a, b)
             name = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}[op]
             return self.instr(f"{name} {flags} {full} {a.ref}, {b.ref}", ty, lanes)
         signed = not dt.is_unsigned(e.dtype)
@@ -237,6 +237,12 @@ class FunctionBuilder:
         if op in ("//", "%"):
             return self.floor_divmod(op, e, a, b, signed)
         raise TypeError(f"unknown binary op {op}")
+
+    def float_minmax(self, op: str, a: Value, b: Value) -> Value:
+        """``a < b ? a : b`` (or ``>``): one vminps/vmaxps, unlike llvm.minnum's NaN fix-ups
+        that lengthen a max-reduction's dependency chain."""
+        c = self.instr(f"fcmp {'olt' if op == 'min' else 'ogt'} {a.full} {a.ref}, {b.ref}", "i1", a.lanes)
+        return self.instr(f"select {c.full} {c.ref}, {a.full} {a.ref}, {a.full} {b.ref}", a.ty, a.lanes)
 
     def floor_divmod(self, op: str, e: E.Binary, a: Value, b: Value, signed: bool) -> Value:
         full, ty, lanes = a.full, a.ty, a.lanes
@@ -459,7 +465,7 @@ class FunctionBuilder:
 
     def binary_values(self, op: str, dtype: str, a: Value, b: Value) -> Value:
         if dt.is_float(dtype):
-            return self.intrinsic("minnum" if op == "min" else "maxnum", [a, b], a.ty, a.lanes)
+            return self.float_minmax(op, a, b)
         pred = "slt" if op == "min" else "sgt"
         c = self.instr(f"icmp {pred} {a.full} {a.ref}, {b.ref}", "i1", a.lanes)
         return self.instr(f"select {c.full} {c.ref}, {a.full} {a.ref}, {a.full} {b.ref}", a.ty, a.lanes)

@@ -178,6 +178,9 @@ class Simplifier:
         if isinstance(e, E.Binary) and e.op in ("//", "%"):
             return self._divmod(e)
         if isinstance(e, E.Var):
+            b = self.bounds.get(e)
+            if b is not None and b[0] == b[1]:
+                return Affine({}, b[0])  # a loop of one iteration
             return _atom(e)
         s = self(e)
         if isinstance(s, E.Const):

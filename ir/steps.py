@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from . import expr as E
-from .bounds import reinfer
+from .bounds import reinfer, scope_stages
 from .loops import InvalidStep, LoopTransform, check, position_map
 from .state import State, make_stage
 from .tensor import ComputeOp
@@ -96,7 +96,7 @@ def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> S
         for child in state.attached_to(stage_id):
             cst = state.stages[child]
             state = state.with_stage(child, replace(cst, attach=(stage_id, moved(cst.attach[1]))))
-            state = reinfer(state, child)
+        state = reinfer(state)
     return _finish(state, step)
 
 
@@ -259,20 +259,21 @@ class ComputeAtStep(Step):
         check(self.stage_id != self.target_stage_id, f"compute_at: stage '{st.name}' into itself")
         check(not state.dag.is_output(st.op) or st.origin != "op",
               f"compute_at: '{st.name}' is an output of the DAG and must stay at root")
-        consumers = state.consumers(self.stage_id)
-        check(self.target_stage_id in consumers,
-              f"compute_at: stage '{target.name}' does not consume '{st.name}' "
-              f"(its consumers are {[state.stages[c].name for c in consumers]})")
-        check(consumers == [self.target_stage_id],
-              f"compute_at: '{st.name}' is also read by "
-              f"{[state.stages[c].name for c in consumers if c != self.target_stage_id]}; "
-              "it can be computed inside only its single consumer")
-        check(self.target_stage_id not in _attached_below(state, self.stage_id),
-              f"compute_at: '{target.name}' is itself computed inside '{st.name}'")
         check(0 <= self.target_iter_id < len(target.iters),
               f"compute_at: stage '{target.name}' has no iterator {self.target_iter_id}")
+        check(self.target_stage_id not in _attached_below(state, self.stage_id),
+              f"compute_at: '{target.name}' is itself computed inside '{st.name}'")
+        consumers = state.consumers(self.stage_id)
+        inside = set(scope_stages(state, self.target_stage_id, self.target_iter_id)) - {self.stage_id}
+        outside = [c for c in consumers if c != self.target_stage_id and c not in inside]
+        check(self.target_stage_id in consumers or (consumers and not outside),
+              f"compute_at: stage '{target.name}' does not consume '{st.name}' "
+              f"(its consumers are {[state.stages[c].name for c in consumers]})")
+        check(not outside,
+              f"compute_at: '{st.name}' is also read by {[state.stages[c].name for c in outside]}, "
+              f"which are not computed inside '{target.name}' at iterator {self.target_iter_id}")
         st = replace(st, compute_at="iter", attach=(self.target_stage_id, self.target_iter_id))
-        state = reinfer(state.with_stage(self.stage_id, st), self.stage_id)
+        state = reinfer(state.with_stage(self.stage_id, st))
         return _finish(state, self)
 
 
@@ -284,7 +285,7 @@ class ComputeRootStep(Step):
     def apply(self, state):
         st = _compute_stage(state, self.stage_id, "compute_root")
         st = replace(st, compute_at="root", attach=None)
-        state = reinfer(state.with_stage(self.stage_id, st), self.stage_id)
+        state = reinfer(state.with_stage(self.stage_id, st))
         return _finish(state, self)
 
 
