@@ -186,8 +186,10 @@ def fp32_peak_gflops(threads: int = 1, seconds: float = 0.05, runs: int = 7) -> 
     """The machine's fp32 peak in GFLOPS on ``threads`` threads: independent vector FMAs on
     the widest vector type the host has, enough chains to hide FMA latency; best of ``runs``
     runs of about ``seconds`` each (best, since noise only ever slows it down). Cached."""
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
     _, entry, flops_per_iter = _fma_peak_kernel()
-    buf = np.zeros(2 + max(threads, 1), dtype=np.float32)
+    buf = np.zeros(2 + threads, dtype=np.float32)
     buf[:2] = (0.999, 1e-3)
     closure = _Closure(1000, threads, buf.ctypes.data)
     arg = ctypes.addressof(closure)

@@ -99,9 +99,12 @@ def measure(w: ops.Workload, repeat: int) -> dict:
     dag = ir.ComputeDAG(w.tensors)
     state = dag.init_state()
     ir.build(dag, state, NAME)  # warm caches (target machine, libgomp) outside the timings
-    runs = [time_phases(state) for _ in range(repeat)]
+    runs, builds = [], []
+    for _ in range(repeat):  # interleaved, so that the machine's noise hits both alike
+        runs.append(time_phases(state))
+        builds.append(time_build(dag, state))
     row = {f"{p}_ms": statistics.median(r[p] for r, _ in runs) * 1e3 for p in PHASES}
-    row["build_ms"] = statistics.median(time_build(dag, state) for _ in range(repeat)) * 1e3
+    row["build_ms"] = statistics.median(builds) * 1e3
     row["ir_lines"] = runs[0][1]
     row["stages"] = sum(1 for op in dag.ops if not isinstance(op, ir.PlaceholderOp))
     return row
@@ -121,9 +124,9 @@ def profile_build(w: ops.Workload, top: int = 10) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[bench_args()])
     parser.add_argument("--repeat", type=int, default=None,
-                        help="builds per operator and phase (default 15; 2 with --smoke)")
+                        help="builds per operator and phase (default 10; 2 with --smoke)")
     args = parser.parse_args(argv)
-    repeat = args.repeat or (2 if args.smoke else 15)
+    repeat = args.repeat or (2 if args.smoke else 10)
     names = list(SMOKE) if args.smoke else sorted(ops.OPERATORS)
     say = (lambda *a: None) if args.json_only else (lambda *a: print(*a, flush=True))
 

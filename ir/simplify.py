@@ -27,7 +27,9 @@ def structural_key(e: E.Expr):
         return ("c", e.dtype, e.value)
     if isinstance(e, E.TensorRead):
         return ("t", id(e.tensor), tuple(structural_key(i) for i in e.indices))
-    head = (type(e).__name__, getattr(e, "op", None) or getattr(e, "func", None), e.dtype)
+    buffer = getattr(e, "buffer", None)  # a loop-IR Load: which buffer matters, not just where
+    head = (type(e).__name__, getattr(e, "op", None) or getattr(e, "func", None), e.dtype,
+            None if buffer is None else id(buffer))
     return head + tuple(structural_key(c) for c in e.children())
 
 

@@ -27,21 +27,29 @@ def _check_groups(what: str, ci: int, co: int, groups) -> None:
             raise ValueError(f"{what}: {c} {label} channels are not divisible by groups={groups}")
 
 
-def _split_weight(weight, channel_last: bool, what: str, data_ndim: int):
-    """(kernel, in-channels, out-channels) of a (*K, I, O) or (O, I, *K) weight."""
-    if weight.ndim != data_ndim:
-        raise ValueError(f"{what}: the weight has shape {weight.shape}; expected {data_ndim} dimensions "
-                         f"({'(*kernel, CI/groups, CO)' if channel_last else '(CO, CI/groups, *kernel)'})")
-    if channel_last:
-        return weight.shape[:-2], weight.shape[-2], weight.shape[-1]
-    return weight.shape[2:], weight.shape[1], weight.shape[0]
+_WEIGHT_AXES = {"K": "*kernel", "I": "in_channels", "O": "out_channels", "C": "channels", "M": "multiplier"}
+
+
+def _weight_dims(weight, data, pattern: str, what: str) -> dict:
+    """The extents of a weight laid out as ``pattern``, e.g. "KIO" for (*kernel, in, out)."""
+    if weight.ndim != data.ndim:
+        described = ", ".join(_WEIGHT_AXES[a] for a in pattern)
+        raise ValueError(f"{what}: the weight has shape {weight.shape}; expected {data.ndim} dimensions "
+                         f"({described})")
+    sd, dims, pos = data.ndim - 2, {}, 0
+    for axis in pattern:
+        width = sd if axis == "K" else 1
+        dims[axis] = weight.shape[pos:pos + width] if axis == "K" else weight.shape[pos]
+        pos += width
+    return dims
 
 
 def conv(data, weight, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", name=None):
     """Convolution with 1 to 3 spatial dimensions (from the data's rank), grouped and dilated."""
     what = name or f"conv{data.ndim - 2}d"
     lay = data_layout(data, layout, what)
-    kernel, cig, co = _split_weight(weight, lay.channel_last, what, data.ndim)
+    dims = _weight_dims(weight, data, "KIO" if lay.channel_last else "OIK", what)
+    kernel, cig, co = dims["K"], dims["I"], dims["O"]
     ci = lay.unpack(data.shape)[1]
     _check_groups(what, ci, co, groups)
     if cig != ci // groups:
@@ -84,9 +92,8 @@ def depthwise_conv2d(data, weight, stride=1, padding=0, dilation=1, layout="NHWC
     (C, multiplier, kh, kw) for NCHW; output channel ``c·multiplier + q``."""
     what = name or "depthwise_conv2d"
     lay = data_layout(data, layout, what)
-    kernel, c, m = _split_weight(weight, lay.channel_last, what, data.ndim)
-    if not lay.channel_last:
-        c, m = m, c  # (C, multiplier, *kernel), unlike the (CO, CI, *kernel) of conv
+    dims = _weight_dims(weight, data, "KCM" if lay.channel_last else "CMK", what)
+    kernel, c, m = dims["K"], dims["C"], dims["M"]
     if c != lay.unpack(data.shape)[1]:
         raise ValueError(f"{what}: the weight {weight.shape} is for {c} channels, the data {data.shape} "
                          f"has {lay.unpack(data.shape)[1]}")
@@ -111,10 +118,8 @@ def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None
     what = name or "conv2d_transpose"
     lay = data_layout(data, layout, what)
     sd = lay.spatial_dims
-    if weight.ndim != data.ndim:
-        raise ValueError(f"{what}: the weight has shape {weight.shape}; expected {data.ndim} dimensions")
-    kernel, ci, co = ((weight.shape[:-2], *weight.shape[-2:]) if lay.channel_last
-                      else (weight.shape[2:], *weight.shape[:2]))
+    dims = _weight_dims(weight, data, "KIO" if lay.channel_last else "IOK", what)
+    kernel, ci, co = dims["K"], dims["I"], dims["O"]
     n, data_ci, in_sp = lay.unpack(data.shape)
     if ci != data_ci:
         raise ValueError(f"{what}: the weight {weight.shape} has {ci} input channels, the data {data.shape} "

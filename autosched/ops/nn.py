@@ -87,6 +87,9 @@ def pool(data, kernel, stride=1, padding=0, pool_type: str = "max", layout: str 
     kernel = as_tuple(kernel, lay.spatial_dims, f"{what}: kernel")
     fill = ir.min_value(data.dtype) if pool_type == "max" else 0
     win = sliding(data, kernel, stride, padding, 1, layout, what, pad_value=fill)
+    if any(p >= k for p, k in zip(win.padding, kernel)):
+        raise ValueError(f"{what}: padding {win.padding} must be smaller than the kernel {kernel}, "
+                         "or some windows would hold padding only")
     rk = reduce_axes(kernel, lay)
     shape = lay.shape(win.batch, win.channels, win.out_spatial)
 

@@ -107,7 +107,7 @@ class Workload:
     kwargs: dict
     tensors: list = field(repr=False)
     flops: int
-    op: OperatorDef = field(repr=False)
+    definition: OperatorDef = field(repr=False)
     params: dict = field(repr=False)
     label: str = ""
 
@@ -139,7 +139,7 @@ class Workload:
         """Valid random values for every input, in order (e.g. positive variances)."""
         arrays = []
         for t in self.inputs:
-            sampler = self.op.inputs.get(t.name, normal)
+            sampler = self.definition.inputs.get(t.name, normal)
             arrays.append(np.ascontiguousarray(sampler(rng, t.shape, t.dtype), dtype=t.dtype))
         return arrays
 
@@ -157,7 +157,7 @@ class Workload:
             if tuple(np.shape(a)) != t.shape:
                 raise ValueError(f"{self}: input '{t.name}' has shape {tuple(np.shape(a))}, "
                                  f"expected {t.shape}")
-        results = self.op.reference([np.asarray(a) for a in inputs], SimpleNamespace(**self.params))
+        results = self.definition.reference([np.asarray(a) for a in inputs], SimpleNamespace(**self.params))
         outs = []
         for r, t in zip(results, self.outputs, strict=True):
             r = np.asarray(r)

@@ -1,0 +1,79 @@
+"""The ``autosched`` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import ir
+from . import ops
+
+
+def _workload(name: str) -> "ops.Workload":
+    try:
+        return ops.suite_workload(name)
+    except ValueError as err:
+        raise SystemExit(f"autosched: {err}\n(see `autosched list` for the suite's names)") from None
+
+
+def _best_seconds(fn, min_time: float = 0.2) -> float:
+    fn()
+    runs, start = [], time.perf_counter()
+    while time.perf_counter() - start < min_time or len(runs) < 3:
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return min(runs)
+
+
+def cmd_list(args) -> int:
+    for name in ops.suite_names():
+        print(name)
+    print(f"\noperators: {', '.join(sorted(ops.OPERATORS))}")
+    return 0
+
+
+def cmd_build(args) -> int:
+    """Compile a workload's naive program, verify it against numpy, time it beside numpy."""
+    w = _workload(args.workload)
+    dag = ir.ComputeDAG(w.tensors)
+    print(f"# {args.workload}: {w.flops / 1e9:.3f} GFLOP, workload key {dag.workload_key()}\n{dag}\n")
+    state = dag.init_state()
+    print(f"# program\n{state}\n")
+    t0 = time.perf_counter()
+    kernel = ir.build(dag, state)
+    print(f"# built in {1e3 * (time.perf_counter() - t0):.1f} ms")
+    inputs = w.random_inputs(np.random.default_rng(args.seed))
+    outputs = w.output_buffers()
+    kernel(*inputs, *outputs)
+    expected = w.reference(inputs)
+    for got, want, t in zip(outputs, expected, dag.outputs):
+        err = float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
+        scale = float(np.max(np.abs(want))) or 1.0
+        ok = np.allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
+        print(f"# output '{t.name}' vs numpy reference: max abs error {err:.3g} -> {'OK' if ok else 'WRONG'}")
+        if not ok:
+            return 1
+    ours = kernel.time(*inputs, *outputs, number=1, repeat=3, min_repeat_ms=50).median
+    ref = _best_seconds(lambda: w.reference(inputs))
+    print(f"# naive kernel: {1e3 * ours:.3f} ms ({w.flops / ours / 1e9:.2f} GFLOPS); "
+          f"numpy reference: {1e3 * ref:.3f} ms ({w.flops / ref / 1e9:.2f} GFLOPS)")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="autosched", description="A template-free auto-scheduler for tensor programs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the benchmark suite's workloads and the operators").set_defaults(fn=cmd_list)
+    build = sub.add_parser("build", help="compile a workload's naive program, verify it, time it beside numpy")
+    build.add_argument("workload", help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
+    build.add_argument("--seed", type=int, default=0)
+    build.set_defaults(fn=cmd_build)
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
