@@ -15,3 +15,4 @@ from .lower import lower, LoweredFunc
 from .codegen import generate
 from .runtime import Kernel, TimeResult
 from .build import build
+from .task import SearchTask, HardwareParams, host_target

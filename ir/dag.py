@@ -68,6 +68,10 @@ class ComputeDAG:
                 self.graph.add_edge(t.op, op)
         self._index = {id(op): i for i, op in enumerate(self.ops)}
 
+    def __reduce__(self):
+        # rebuilt from its tensors, so that identity-keyed tables stay right after pickling
+        return (ComputeDAG, (self.tensors,))
+
     # structure -----------------------------------------------------------------------
     @property
     def inputs(self) -> list[Tensor]:

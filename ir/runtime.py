@@ -22,6 +22,12 @@ def _new_target_machine():
 _host: tuple[str, str] = ("", "")
 
 
+def host_cpu() -> tuple[str, str]:
+    """The host CPU's LLVM name and feature string (e.g. "znver4", "+avx2,+fma,...")."""
+    target_machine()
+    return _host
+
+
 def target_machine():
     """The host's target machine (CPU name and features), at O3; made once per process and
     used for optimisation and assembly (a JIT engine owns, and frees, a machine of its own)."""
