@@ -14,6 +14,7 @@ accumulators in registers. Loops are emitted as rotated loops (every extent is >
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -553,7 +554,7 @@ class FunctionBuilder:
         pre = self.block
         self.branch(head)
         self.start_block(head)
-        phi = self.tmp(var.name.replace(".", "_") + "_")
+        phi = self.tmp(re.sub(r"[^A-Za-z0-9_]", "_", var.name) + "_")
         next_ref = self.tmp("next")
         latch_holder: list[str] = []
         phi_index = len(self.lines)

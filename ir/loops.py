@@ -132,15 +132,18 @@ def reorder(loops: Loops, order) -> Loops:
     return Loops(tuple(loops.iters[i] for i in order), loops.axis_values, loops.guards)
 
 
-ANNOTATIONS = ("none", "parallel", "vectorize", "unroll")
+#: GPU thread bindings are annotations too (the GPU sketch rules produce them; CPU code
+#: generation rejects them)
+GPU_BINDINGS = ("blockIdx.x", "vthread", "threadIdx.x")
+ANNOTATIONS = ("none", "parallel", "vectorize", "unroll") + GPU_BINDINGS
 
 
 def annotate(loops: Loops, iter_id: int, annotation: str) -> Loops:
     check(annotation in ANNOTATIONS, f"annotate: unknown annotation {annotation!r}; expected one of {ANNOTATIONS}")
     check(0 <= iter_id < len(loops.iters), f"annotate: iterator {iter_id} out of range 0..{len(loops.iters) - 1}")
     it = loops.iters[iter_id]
-    if annotation == "parallel":
-        check(it.kind == "space", f"annotate: cannot parallelise reduce iterator '{it.name}' (a data race)")
+    if annotation in ("parallel", "blockIdx.x", "vthread"):
+        check(it.kind == "space", f"annotate: cannot bind reduce iterator '{it.name}' to {annotation} (a data race)")
     if annotation == "vectorize" and it.kind == "reduce":
         check(iter_id == len(loops.iters) - 1,
               f"annotate: reduce iterator '{it.name}' can be vectorised only as the innermost loop "

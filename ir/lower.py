@@ -153,7 +153,11 @@ class Lowering:
                 body = seq([self.stage_nest(c) for c in children] + [body])
                 for c in reversed(children):
                     body = Allocate(self.buffers[id(self.state.stages[c].op)], body)
-            body = For(it.var, it.extent, _LOOP_KIND[it.annotation], body, it.name)
+            kind = _LOOP_KIND.get(it.annotation)
+            if kind is None:
+                raise LoweringError(f"iterator '{it.name}' of '{self.state.stages[idx].name}' is bound to "
+                                    f"{it.annotation}: GPU code generation is not available, only CPU")
+            body = For(it.var, it.extent, kind, body, it.name)
         return body
 
 

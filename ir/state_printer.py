@@ -4,7 +4,8 @@ The text is also the identity of a program: two States that print the same are t
 program (used to de-duplicate candidates and measured programs)."""
 from __future__ import annotations
 
-_KEYWORD = {"none": "for", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
+_KEYWORD = {"none": "for", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll",
+            "blockIdx.x": "blockIdx.x", "vthread": "vthread", "threadIdx.x": "threadIdx.x"}
 
 
 def state_str(state) -> str:

@@ -1,0 +1,97 @@
+"""What the derivation rules ask of a (state, stage): the ComputeDAG's analyses, seen
+through the steps already applied (inlined stages, cache stages, rfactor stages)."""
+from __future__ import annotations
+
+import ir
+from ir import expr as E
+from ir.bounds import expand_reads
+from ir.dag import EXPENSIVE_CALLS
+
+
+def is_output(state: ir.State, stage_id: int) -> bool:
+    op = state.stages[stage_id].op
+    return any(t.op is op for t in state.dag.tensors)
+
+
+def is_strict_inlinable(state: ir.State, stage_id: int) -> bool:
+    """Injective, no reduction, no expensive math: inlining it costs nothing."""
+    st = state.stages[stage_id]
+    if st.is_placeholder or st.reduce_axes:
+        return False
+    return not any(isinstance(e, E.Call) and e.func in EXPENSIVE_CALLS for e in E.walk(st.body))
+
+
+def should_always_inline(state: ir.State, stage_id: int) -> bool:
+    st = state.stages[stage_id]
+    return (not st.is_placeholder and st.compute_at != "inline" and not is_output(state, stage_id)
+            and st.origin == "op" and is_strict_inlinable(state, stage_id))
+
+
+def needs_multi_level_tiling(state: ir.State, stage_id: int) -> bool:
+    """Data reuse: some read misses two space axes, or one with a reduction."""
+    st = state.stages[stage_id]
+    if st.is_placeholder or st.compute_at == "inline":
+        return False
+    for s in state.stages:
+        if s.compute_at == "inline" or s is st:
+            continue
+        for indices in expand_reads(state, st.body, s.op.output):
+            used = {id(v) for i in indices for v in E.free_vars(i)}
+            missing = sum(1 for ax in st.axes if id(ax) not in used)
+            if missing >= 2 or (missing >= 1 and st.reduce_axes):
+                return True
+    return False
+
+
+def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
+    """The one consumer (through inlined stages) that reads this stage elementwise, with
+    the same space shape: the stage can be computed inside its tiles."""
+    st = state.stages[stage_id]
+    consumers = state.consumers(stage_id)
+    if len(consumers) != 1 or is_output(state, stage_id) and st.origin == "op":
+        return None
+    target = state.stages[consumers[0]]
+    if target.reduce_axes or target.op.shape != st.op.shape or len(target.axes) != len(st.axes):
+        return None
+    reads = expand_reads(state, target.body, st.op.output)
+    if not reads:
+        return None
+    for indices in reads:
+        if any(i is not ax for i, ax in zip(indices, target.axes)):
+            return None
+    return consumers[0]
+
+
+def has_cache_write_stage(state: ir.State, stage_id: int) -> bool:
+    """Whether this stage is the cache of a cache_write (its consumer is the original)."""
+    return state.stages[stage_id].origin == "cache_write"
+
+
+def has_rfactor_stage(state: ir.State, stage_id: int) -> bool:
+    return stage_id > 0 and state.stages[stage_id - 1].origin == "rfactor"
+
+
+def space_and_reduce_length(state: ir.State, stage_id: int) -> tuple[int, int]:
+    space = reduce = 1
+    for it in state.stages[stage_id].iters:
+        if it.kind == "space":
+            space *= it.extent
+        else:
+            reduce *= it.extent
+    return space, reduce
+
+
+def needs_rfactor(state: ir.State, stage_id: int, num_cores: int) -> bool:
+    """More parallelism in the reduction than in the space loops (Ansor's NeedsRfactor)."""
+    st = state.stages[stage_id]
+    if st.is_placeholder or st.compute_at == "inline" or not st.reduce_axes or st.origin != "op":
+        return False
+    space, reduce = space_and_reduce_length(state, stage_id)
+    if needs_multi_level_tiling(state, stage_id):
+        return not (space > reduce or space > num_cores * 16)
+    return reduce > 1 and reduce > num_cores
+
+
+def is_tiled(state: ir.State, stage_id: int) -> bool:
+    """Multi-level tiled by a sketch rule (its iterators carry split names)."""
+    return any(t.kind == "split" for t in state.stages[stage_id].transforms)

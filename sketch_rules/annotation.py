@@ -1,0 +1,235 @@
+"""Random annotation (Ansor 4.2): turn a sketch into a complete program. Each rule is a
+separate step of sampling; every "random" is uniform over the valid values and drawn from
+the generator the caller passes (seeded from the task's seed)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import numpy as np
+
+import ir
+from ir.steps import SplitStep
+
+from . import analysis as A
+from .rule import SketchContext
+
+AUTO_UNROLL_CHOICES_CPU = (0, 16, 64, 512)
+AUTO_UNROLL_CHOICES_GPU = (0, 16, 64, 512, 1024)
+
+
+@functools.lru_cache(maxsize=4096)
+def factorizations(extent: int, n: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """Every choice of ``n`` inner tile lengths whose product divides ``extent`` and whose
+    innermost length is at most ``max_innermost`` (the outer length is the quotient)."""
+    if n == 0:
+        return ((),)
+    out = []
+    for first in _divisors(extent):
+        for rest in factorizations(extent // first, n - 1, max_innermost):
+            if n == 1 and first > max_innermost:
+                continue
+            out.append((first,) + rest)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+class InitRule:
+    """One random-annotation step: ``apply(ctx, state, rng) -> State`` (may raise
+    ir.InvalidStep, which rejects the sample)."""
+    name = "init_rule"
+
+    def apply(self, ctx: SketchContext, state: ir.State, rng: np.random.Generator) -> ir.State:
+        raise NotImplementedError
+
+
+class FillTileSize(InitRule):
+    """Choose every unchosen split's lengths uniformly among the exact factorisations of
+    the loop's extent (innermost length at most ``max_innermost_split_factor``); splits
+    that follow them take their lengths from them on replay."""
+    name = "fill_tile_size"
+
+    def apply(self, ctx, state, rng):
+        limit = ctx.hardware.max_innermost_split_factor
+        current = ir.State.initial(state.dag)
+        for step in state.steps:
+            if isinstance(step, SplitStep) and any(x is None for x in step.lengths):
+                extent = current.stages[step.stage_id].iters[step.iter_id].extent
+                schemes = factorizations(extent, len(step.lengths), limit)
+                step = replace(step, lengths=schemes[int(rng.integers(len(schemes)))])
+            current = step.apply(current)
+        return current
+
+
+class ChangeComputeLocation(InitRule):
+    """For each stage that is not multi-level tiled (e.g. padding, a reduction's rfactor
+    stage), choose uniformly where it is computed: at root, inlined (if it has no
+    reduction), or inside a loop of its consumer (or of the stage that consumer is
+    computed in, up to its attach point)."""
+    name = "change_compute_location"
+
+    def apply(self, ctx, state, rng):
+        for stage_id in range(len(state.stages) - 1, -1, -1):
+            st = state.stages[stage_id]
+            if (st.is_placeholder or st.compute_at == "inline" or A.is_output(state, stage_id)
+                    or A.is_tiled(state, stage_id) or A.needs_multi_level_tiling(state, stage_id)
+                    or st.origin == "cache_write"):
+                continue
+            choices: list = ["root"]
+            if not st.reduce_axes and A.is_strict_inlinable(state, stage_id) and not state.attached_to(stage_id):
+                choices.append("inline")
+            choices.extend(compute_location_candidates(state, stage_id))
+            choice = choices[int(rng.integers(len(choices)))]
+            if choice == "root":
+                if st.compute_at != "root":
+                    state = state.compute_root(stage_id)
+            elif choice == "inline":
+                state = state.compute_inline(stage_id)
+            elif st.attach != choice:
+                state = state.compute_at(stage_id, choice[0], choice[1])
+        return state
+
+
+def compute_location_candidates(state: ir.State, stage_id: int) -> list[tuple[int, int]]:
+    """Loops of the single consumer before its first reduce loop (none vectorised), and
+    the loops of the stage that consumer is computed in, up to its attach point."""
+    consumers = state.consumers(stage_id)
+    if len(consumers) != 1:
+        return []
+    target = consumers[0]
+    out = []
+    for pos, it in enumerate(state.stages[target].iters):
+        if it.kind == "reduce" or it.annotation == "vectorize":
+            break
+        out.append((target, pos))
+    tst = state.stages[target]
+    if tst.compute_at == "iter":
+        out.extend((tst.attach[0], p) for p in range(tst.attach[1] + 1))
+    return out
+
+
+class Parallel(InitRule):
+    """Fuse the outermost space loops of each root stage until there are more than
+    cores x 16 iterations, a loop with stages computed inside it, or an annotated or
+    reduce loop; mark the fused loop parallel. If the first loop already holds stages,
+    recurse into them (Ansor's InitParallel)."""
+    name = "parallel"
+
+    def apply(self, ctx, state, rng):
+        for stage_id in range(len(state.stages)):
+            st = state.stages[stage_id]
+            if st.is_placeholder or st.compute_at != "root":
+                continue
+            state = self._annotate(ctx, state, stage_id, 0)
+        return state
+
+    def _annotate(self, ctx, state, stage_id, offset):
+        st = state.stages[stage_id]
+        attach_points = {c_st.attach[1] for c_st in (state.stages[c] for c in state.attached_to(stage_id))}
+        fuse, degree, pos = [], 1, offset
+        while pos < len(st.iters):
+            it = st.iters[pos]
+            if it.kind == "reduce" or it.annotation != "none":
+                break
+            fuse.append(pos)
+            degree *= it.extent
+            if degree > ctx.hardware.num_cores * 16 or pos in attach_points:
+                break
+            pos += 1
+        if degree == 1:
+            if pos < len(st.iters) and pos in attach_points:
+                for child in state.attached_to(stage_id):
+                    if state.stages[child].attach[1] == pos:
+                        state = self._annotate(ctx, state, child, 0)
+                return self._annotate(ctx, state, stage_id, pos + 1)
+            return state
+        if len(fuse) > 1:
+            state = state.fuse(stage_id, fuse)
+        return state.parallel(stage_id, fuse[0])
+
+
+class Unroll(InitRule):
+    """Give each stage with a reduction a random ``auto_unroll_max_step`` from {0, 16, 64,
+    512} (GPU adds 1024): the inner loop nests of at most that many iterations unroll."""
+    name = "unroll"
+
+    def apply(self, ctx, state, rng):
+        choices = AUTO_UNROLL_CHOICES_GPU if ctx.target_kind == "gpu" else AUTO_UNROLL_CHOICES_CPU
+        for stage_id, st in enumerate(state.stages):
+            if st.is_placeholder or st.compute_at == "inline" or not any(it.kind == "reduce" for it in st.iters):
+                continue
+            value = choices[int(rng.integers(len(choices)))]
+            if value:
+                state = state.pragma_auto_unroll(stage_id, value)
+        return state
+
+
+class Vectorize(InitRule):
+    """Fuse the innermost space loops while their product stays within
+    ``max_vectorize_size`` (not across an attach point, an annotated or reduce loop, and
+    only one loop in a tiled stage, whose inner two loops are not contiguous together);
+    vectorise a random number of them, from one to all."""
+    name = "vectorize"
+
+    def apply(self, ctx, state, rng):
+        limit = ctx.hardware.max_vectorize_size
+        for stage_id in range(len(state.stages)):
+            st = state.stages[stage_id]
+            if st.is_placeholder or st.compute_at == "inline":
+                continue
+            attach_points = {state.stages[c].attach[1] for c in state.attached_to(stage_id)}
+            tiled = A.is_tiled(state, stage_id)
+            n, prod = 0, 1
+            while n < len(st.iters):
+                pos = len(st.iters) - 1 - n
+                it = st.iters[pos]
+                if pos in attach_points or it.kind == "reduce" or it.annotation != "none":
+                    break
+                if tiled and n:
+                    break
+                prod *= it.extent
+                if prod > limit:
+                    break
+                n += 1
+            if n == 0:
+                continue
+            if n > 1:
+                n = 1 + int(rng.integers(n))
+            positions = list(range(len(st.iters) - n, len(st.iters)))
+            if n > 1:
+                state = state.fuse(stage_id, positions)
+            state = state.vectorize(stage_id, positions[0])
+        return state
+
+
+def cpu_init_rules() -> list[InitRule]:
+    """Ansor's initial-population rules for CPU, in order."""
+    return [FillTileSize(), ChangeComputeLocation(), Parallel(), Unroll(), Vectorize()]
+
+
+def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: np.random.Generator,
+                    init_rules=None, max_tries: int | None = None, target_kind: str = "cpu") -> list[ir.State]:
+    """Up to ``n`` unique random programs (unique by printed text): pick a sketch at
+    random, apply every init rule; samples a rule rejects are dropped."""
+    if not sketches:
+        raise ValueError("sample_programs: no sketches to sample from")
+    ctx = SketchContext(task, target_kind)
+    rules = init_rules if init_rules is not None else cpu_init_rules()
+    out: dict[str, ir.State] = {}
+    tries = 0
+    max_tries = max_tries if max_tries is not None else 20 * n + 50
+    while len(out) < n and tries < max_tries:
+        tries += 1
+        state = sketches[int(rng.integers(len(sketches)))]
+        try:
+            for rule in rules:
+                state = rule.apply(ctx, state, rng)
+        except ir.InvalidStep:
+            continue
+        out.setdefault(str(state), state)
+    return list(out.values())
