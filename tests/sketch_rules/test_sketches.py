@@ -1,0 +1,167 @@
+"""Sketch generation: the structures the Ansor paper describes, GPU rules, user rules."""
+import numpy as np
+import pytest
+
+import ir
+import sketch_rules as SR
+from autosched import ops
+
+
+def task_of(tensors):
+    return ir.SearchTask(ir.ComputeDAG(tensors), hardware=ir.HardwareParams(num_cores=2, vector_lanes=16))
+
+
+def matmul(n=32, m=32, k=32):
+    A = ir.placeholder((n, k), name="A")
+    B = ir.placeholder((k, m), name="B")
+    r = ir.reduce_axis(k, name="k")
+    C = ir.compute((n, m), lambda i, j: ir.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return A, B, C
+
+
+def matmul_bias_relu():
+    A, B, C = matmul()
+    bias = ir.placeholder((32,), name="bias", constant=True)
+    D = ir.compute((32, 32), lambda i, j: C[i, j] + bias[j], name="D")
+    E = ir.compute((32, 32), lambda i, j: ir.max(D[i, j], 0.0), name="E")
+    return [A, B, bias, E]
+
+
+def names(state, stage):
+    return [it.name for it in state[stage].iters]
+
+
+def by_structure(sketches):
+    """Sketch kind: 'plain' (no cache/fusion), or the fusion iterator's position."""
+    out = {}
+    for s in sketches:
+        attached = [st for st in s.stages if st.compute_at == "iter"]
+        out[attached[0].attach[1] if attached else "plain"] = s
+    return out
+
+
+def test_matmul_has_three_sketches_ssrsrs_and_cache_write_fused_at_two_levels():
+    sketches = SR.generate_sketches(task_of(matmul()))
+    assert len(sketches) == 3
+    kinds = by_structure(sketches)
+    assert set(kinds) == {"plain", 1, 3}
+    assert names(kinds["plain"], "C") == ["i.0", "j.0", "i.1", "j.1", "k.0", "i.2", "j.2", "k.1", "i.3", "j.3"]
+    for pos, level in ((1, 1), (3, 2)):
+        s = kinds[pos]
+        assert s["C.local"].origin == "cache_write" and s["C.local"].attach == (s.stage_index("C"), pos)
+        assert names(s, "C.local") == ["i.0", "j.0", "i.1", "j.1", "k.0", "i.2", "j.2", "k.1", "i.3", "j.3"]
+        assert names(s, "C")[:2 * (level + 1)] == [f"{a}.{lv}" for lv in range(level + 1) for a in "ij"]
+
+
+def test_matmul_bias_relu_inlines_bias_and_fuses_the_matmul_into_relu():
+    sketches = SR.generate_sketches(task_of(matmul_bias_relu()))
+    assert len(sketches) == 3
+    for s in sketches:
+        assert s["D"].compute_at == "inline"
+        assert s["E"].compute_at == "root"
+        assert not any(st.origin == "cache_write" for st in s.stages)
+    kinds = by_structure(sketches)
+    assert set(kinds) == {"plain", 1, 3}
+    assert kinds[1]["C"].attach == (kinds[1].stage_index("E"), 1)
+
+
+def test_conv_layer_inlines_pad_bias_and_batch_norm():
+    w = ops.workload("conv_layer", 1, 8, 8, 4, 8, 3, stride=1, padding=1)
+    sketches = SR.generate_sketches(task_of(w.tensors))
+    assert len(sketches) == 3
+    for s in sketches:
+        inlined = {st.name for st in s.stages if st.compute_at == "inline"}
+        assert {"pad", "bias_add", "bn_mul", "bn_add"} <= inlined
+        assert len(names(s, "conv2d_nhwc")) == 4 * 4 + 3 * 2  # SSRSRS: 4 space axes x4, 3 reduce x2
+    assert set(by_structure(sketches)) == {"plain", 3, 7}
+
+
+def test_norm_gets_two_rfactor_sketches_and_a_plain_one():
+    w = ops.suite_workload("NRM-1x64x64")
+    sketches = SR.generate_sketches(task_of(w.tensors))
+    assert len(sketches) == 3
+    rf = [s for s in sketches if any(st.origin == "rfactor" for st in s.stages)]
+    assert len(rf) == 2
+    factored = sorted(names(s, "norm_square_sum.rf")[-1] for s in rf)
+    # the inner part factored out is moved innermost (for vectorisation); the outer stays put
+    assert factored == ["r0@r1@_0", "r0@r1@_1"] or factored[1] == "r0@r1@_1"
+    for s in rf:
+        assert s["norm_square_sum"].reduce_axes[0].extent == s["norm_square_sum.rf"].op.shape[-1]
+
+
+def test_softmax_rfactors_both_reductions_and_keeps_exp():
+    w = ops.workload("softmax", (4, 64))
+    sketches = SR.generate_sketches(task_of(w.tensors))
+    assert len(sketches) == 9  # (rfactor outer, rfactor inner, none) for max and for sum
+    for s in sketches:
+        assert s["softmax_exp"].compute_at == "root"  # exp is expensive: never inlined
+    n_rf = sorted(sum(st.origin == "rfactor" for st in s.stages) for s in sketches)
+    assert n_rf == [0, 1, 1, 1, 1, 2, 2, 2, 2]
+
+
+def test_tbs_inlines_transposes_and_combines_matmul_and_softmax_sketches():
+    w = ops.suite_workload("TBS-1x16x2x8")
+    sketches = SR.generate_sketches(task_of(w.tensors))
+    assert len(sketches) == 3 * 9
+    for s in sketches:
+        assert s["query_T"].compute_at == "inline" and s["key_T"].compute_at == "inline"
+
+
+def test_gpu_sketch_of_matmul_uses_sssrrsrs_shared_memory_and_register_cache():
+    sketches = SR.generate_sketches(task_of(matmul()), target_kind="gpu")
+    assert len(sketches) == 1
+    s = sketches[0]
+    assert [st.name for st in s.stages] == ["A", "A.shared", "B", "B.shared", "C.local", "C"]
+    assert len(names(s, "C.local")) == 5 * 2 + 3 * 1  # SSSRRSRS: 5 space levels, 3 reduce levels
+    c_local = s.stage_index("C.local")
+    assert s["A.shared"].attach[0] == c_local and s["B.shared"].attach[0] == c_local
+    assert s["C.local"].attach == (s.stage_index("C"), 5)  # fused at level 3
+
+
+def test_gpu_cross_thread_reduction_binds_threadidx():
+    w = ops.suite_workload("NRM-1x64x64")
+    sketches = SR.generate_sketches(task_of(w.tensors), target_kind="gpu")
+    assert len(sketches) == 2  # with and without cross-thread reduction
+    bound = [s["norm_square_sum"].iters[-1] for s in sketches if s["norm_square_sum"].transforms]
+    assert len(bound) == 1 and bound[0].annotation == "threadIdx.x" and bound[0].extent == 32
+
+
+class OwnTiles(SR.SketchRule):
+    """A user rule: tile C as "SRS" (two levels) and stop the other rules for it."""
+    name = "own_tiles"
+
+    def condition(self, ctx, state, stage_id):
+        st = state.stages[stage_id]
+        return SR.Condition.APPLY_AND_SKIP_REST if st.name == "C" and not st.transforms else SR.Condition.PASS
+
+    def apply(self, ctx, state, stage_id):
+        return [(SR.multi_level_tiling(state, stage_id, "SRS")[0], stage_id - 1)]
+
+
+def test_user_registered_rule_changes_the_sketches():
+    task = task_of(matmul())
+    rule = SR.register_sketch_rule(OwnTiles(), before="add_cache_write")
+    try:
+        sketches = SR.generate_sketches(task)
+    finally:
+        SR.unregister_sketch_rule(rule)
+    assert len(sketches) == 1
+    assert names(sketches[0], "C") == ["i.0", "j.0", "k", "i.1", "j.1"]
+    assert len(SR.generate_sketches(task)) == 3  # unregistered: back to the built-in rules
+
+
+def test_per_task_custom_rules_come_first():
+    sketches = SR.generate_sketches(task_of(matmul()), custom_rules=[OwnTiles()])
+    assert len(sketches) == 1 and names(sketches[0], "C") == ["i.0", "j.0", "k", "i.1", "j.1"]
+
+
+def test_register_rejects_unknown_anchor():
+    with pytest.raises(ValueError, match="no built-in cpu rule named 'tiling'"):
+        SR.register_sketch_rule(OwnTiles(), before="tiling")
+
+
+def test_factorizations_are_exact_and_bound_the_innermost():
+    schemes = SR.factorizations(24, 2, 4)
+    assert all(24 % (a * b) == 0 and b <= 4 for a, b in schemes)
+    assert len(schemes) == len(set(schemes)) == sum(1 for a in range(1, 25) for b in range(1, 5)
+                                                    if 24 % (a * b) == 0)
