@@ -1,9 +1,23 @@
 """autosched: a template-free auto-scheduler for tensor programs, after Ansor.
 
-The product layer: the operator library (``autosched.ops``) and the command line
-(``autosched``). The compiler it drives is the ``ir`` package.
+The product layer: the operator library (``autosched.ops``), measurement
+(``autosched.measure``: builders, runners, verification), tuning records
+(``autosched.records``) and the command line (``autosched``). The compiler it drives is
+the ``ir`` package.
 """
 from . import ops
+from .measure import (MAX_COST, BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput,
+                      MeasureResult, ProgramMeasurer, TooManyMeasureErrors, WorkerCrashed, WorkerPool,
+                      WorkerTimeout, program_key)
+from .records import (RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best, best_record,
+                      best_records, distill_records, load_records, read_records, save_records)
 
 __version__ = "0.1.0"
-__all__ = ["ops", "__version__"]
+__all__ = ["ops", "__version__",
+           # measurement
+           "MeasureInput", "MeasureResult", "MeasureErrorNo", "BuildResult", "MAX_COST", "program_key",
+           "LocalBuilder", "LocalRunner", "ProgramMeasurer", "TooManyMeasureErrors",
+           "WorkerPool", "WorkerCrashed", "WorkerTimeout",
+           # records
+           "TuningRecord", "RecordToFile", "load_records", "read_records", "save_records", "best_records",
+           "best_record", "distill_records", "apply_history_best", "UntunedWorkloadWarning"]

@@ -63,6 +63,15 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_sketches(args) -> int:
+    """Print a workload's sketches and a few sampled programs."""
+    from .space import generate_sketches
+    w = _workload(args.workload)
+    print(f"# {args.workload}\n{ir.ComputeDAG(w.tensors)}\n")
+    generate_sketches(ir.ComputeDAG(w.tensors), samples=args.samples, seed=args.seed, target_kind=args.target)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="autosched", description="A template-free auto-scheduler for tensor programs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -71,6 +80,12 @@ def main(argv=None) -> int:
     build.add_argument("workload", help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
     build.add_argument("--seed", type=int, default=0)
     build.set_defaults(fn=cmd_build)
+    sketches = sub.add_parser("sketches", help="print a workload's sketches and a few sampled programs")
+    sketches.add_argument("workload", help="a suite name such as C2D-1x56x56x64x64-k1s1p0")
+    sketches.add_argument("--samples", type=int, default=3, help="random programs to print (default 3)")
+    sketches.add_argument("--seed", type=int, default=0)
+    sketches.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    sketches.set_defaults(fn=cmd_sketches)
     args = parser.parse_args(argv)
     return args.fn(args)
 
