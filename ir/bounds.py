@@ -64,7 +64,7 @@ def scope_stages(state, target: int, pos: int) -> list[int]:
     """Stages computed inside loop ``pos`` of stage ``target`` (directly or nested)."""
     out: list[int] = []
     for child in state.attached_to(target):
-        if state.stages[child].attach[1] >= pos:
+        if state.raw_stages[child].attach[1] >= pos:
             out.append(child)
             out.extend(c for c in scope_stages(state, child, 0) if c not in out)
     return out

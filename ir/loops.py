@@ -63,8 +63,16 @@ def root_loops(names, kinds, extents, starts) -> Loops:
 def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_guards=()) -> Loops:
     bounds = {it.var: (0, it.extent - 1) for it in iters}
     simplify = Simplifier(bounds)
-    values = tuple(simplify(E.substitute(v, mapping)) for v in loops.axis_values)
-    guards = [simplify(E.substitute(g, mapping)) for g in loops.guards] + [simplify(g) for g in new_guards]
+    replaced = {id(k) for k in mapping}
+
+    def update(e: E.Expr) -> E.Expr:
+        # only expressions of the replaced loops change (most axis values do not)
+        if not any(id(n) in replaced for n in E.walk(e) if isinstance(n, E.Var)):
+            return e
+        return simplify(E.substitute(e, mapping))
+
+    values = tuple(update(v) for v in loops.axis_values)
+    guards = [update(g) for g in loops.guards] + [simplify(g) for g in new_guards]
     guards = tuple(g for g in guards if not (isinstance(g, E.Const) and g.value))
     check(not any(isinstance(g, E.Const) for g in guards), "a split leaves no valid iteration")
     return Loops(iters, values, guards)

@@ -108,44 +108,60 @@ class State:
     """A program: the DAG, its stages (in a valid computation order) and the steps that
     made them from the naive program. Transform methods (``split``, ``fuse``, ``reorder``,
     ``parallel``, ``vectorize``, ``unroll``, ``compute_at``, ``cache_write``, ... attached by
-    ``ir.steps``) take stages and iterators by name or index and return a new State."""
+    ``ir.steps``) take stages and iterators by name or index and return a new State.
+
+    Regions of attached stages are inferred lazily: a loop transform marks them stale and
+    the first read of ``stages`` settles them, so that replaying a chain of steps infers
+    bounds once rather than after every step."""
     dag: object
-    stages: tuple[Stage, ...]
+    raw_stages: tuple[Stage, ...]
     steps: tuple = ()
+    bounds_stale: bool = False
 
     @classmethod
     def initial(cls, dag) -> "State":
         return cls(dag, tuple(make_stage(op) for op in dag.ops), ())
 
-    # lookup ------------------------------------------------------------------------------
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The stages with every attached stage's region up to date."""
+        if self.bounds_stale:
+            from .bounds import reinfer
+            settled = reinfer(State(self.dag, self.raw_stages, self.steps))
+            object.__setattr__(self, "raw_stages", settled.raw_stages)
+            object.__setattr__(self, "bounds_stale", False)
+        return self.raw_stages
+
+    # lookup (structure only: names, attach relations and bodies do not depend on bounds) --
     def stage_index(self, stage) -> int:
         """Index of a stage given as an index, a Stage, an Operation, a Tensor or a name."""
+        stages = self.raw_stages
         if isinstance(stage, int):
-            check(0 <= stage < len(self.stages), f"no stage {stage}; the state has {len(self.stages)} stages")
+            check(0 <= stage < len(stages), f"no stage {stage}; the state has {len(stages)} stages")
             return stage
         if isinstance(stage, Tensor):
             stage = stage.op
-        for i, st in enumerate(self.stages):
+        for i, st in enumerate(stages):
             if st is stage or st.op is stage or st.op.name == stage:
                 return i
-        raise InvalidStep(f"no stage {getattr(stage, 'name', stage)!r}; stages are {[s.name for s in self.stages]}")
+        raise InvalidStep(f"no stage {getattr(stage, 'name', stage)!r}; stages are {[s.name for s in stages]}")
 
     def __getitem__(self, stage) -> Stage:
         return self.stages[self.stage_index(stage)]
 
     def with_stage(self, index: int, stage: Stage) -> "State":
-        stages = list(self.stages)
+        stages = list(self.raw_stages)
         stages[index] = stage
-        return replace(self, stages=tuple(stages))
+        return replace(self, raw_stages=tuple(stages))
 
     def attached_to(self, index: int) -> list[int]:
-        return [i for i, st in enumerate(self.stages) if st.compute_at == "iter" and st.attach[0] == index]
+        return [i for i, st in enumerate(self.raw_stages) if st.compute_at == "iter" and st.attach[0] == index]
 
     def readers(self, index: int) -> list[int]:
         """Stages whose body reads stage ``index``'s tensor."""
-        tensor = self.stages[index].op.output
+        tensor = self.raw_stages[index].op.output
         out = []
-        for i, st in enumerate(self.stages):
+        for i, st in enumerate(self.raw_stages):
             if st.body is not None and any(isinstance(e, E.TensorRead) and e.tensor is tensor
                                            for e in E.walk(st.body)):
                 out.append(i)
@@ -155,7 +171,7 @@ class State:
         """Non-inlined stages that read stage ``index``, looking through inlined ones."""
         out: list[int] = []
         for r in self.readers(index):
-            if self.stages[r].compute_at == "inline":
+            if self.raw_stages[r].compute_at == "inline":
                 out.extend(c for c in self.consumers(r) if c not in out)
             elif r not in out:
                 out.append(r)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from . import expr as E
-from .bounds import reinfer, scope_stages
+from .bounds import scope_stages
 from .loops import InvalidStep, LoopTransform, check, position_map
 from .state import State, make_stage
 from .tensor import ComputeOp
@@ -79,7 +79,7 @@ def _finish(state: State, step: Step) -> State:
 
 
 def _compute_stage(state: State, stage_id: int, what: str):
-    st = state.stages[state.stage_index(stage_id)]
+    st = state.raw_stages[state.stage_index(stage_id)]
     check(not st.is_placeholder, f"{what}: stage '{st.name}' is an input placeholder")
     check(st.compute_at != "inline", f"{what}: stage '{st.name}' is inlined")
     return st
@@ -88,15 +88,15 @@ def _compute_stage(state: State, stage_id: int, what: str):
 def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> State:
     """Apply a loop transform to a stage; attached stages follow their iterators and have
     their regions inferred again."""
-    st = state.stages[stage_id]
+    st = state.raw_stages[stage_id]
     new = st.with_transform(t)
     state = state.with_stage(stage_id, new)
     if t.kind != "annotate":
         moved = position_map(t, len(st.iters))
         for child in state.attached_to(stage_id):
-            cst = state.stages[child]
+            cst = state.raw_stages[child]
             state = state.with_stage(child, replace(cst, attach=(stage_id, moved(cst.attach[1]))))
-        state = reinfer(state)
+        state = replace(state, bounds_stale=True)
     return _finish(state, step)
 
 
@@ -108,7 +108,7 @@ def _insert_stage(state: State, index: int, stage) -> State:
             st = replace(st, attach=(st.attach[0] + 1, st.attach[1]))
         stages.append(st)
     stages.insert(index, stage)
-    return replace(state, stages=tuple(stages))
+    return replace(state, raw_stages=tuple(stages))
 
 
 # loop structure ----------------------------------------------------------------------
@@ -273,7 +273,7 @@ class ComputeAtStep(Step):
               f"compute_at: '{st.name}' is also read by {[state.stages[c].name for c in outside]}, "
               f"which are not computed inside '{target.name}' at iterator {self.target_iter_id}")
         st = replace(st, compute_at="iter", attach=(self.target_stage_id, self.target_iter_id))
-        state = reinfer(state.with_stage(self.stage_id, st))
+        state = replace(state.with_stage(self.stage_id, st), bounds_stale=True)
         return _finish(state, self)
 
 
@@ -285,7 +285,7 @@ class ComputeRootStep(Step):
     def apply(self, state):
         st = _compute_stage(state, self.stage_id, "compute_root")
         st = replace(st, compute_at="root", attach=None)
-        state = reinfer(state.with_stage(self.stage_id, st))
+        state = replace(state.with_stage(self.stage_id, st), bounds_stale=True)
         return _finish(state, self)
 
 
@@ -438,7 +438,7 @@ def _ids(state: State, stage, it=None):
     sid = state.stage_index(stage)
     if it is None:
         return sid
-    return sid, state.stages[sid].iter_index(it)
+    return sid, state.raw_stages[sid].iter_index(it)
 
 
 def _split(state, stage, it, lengths, inner_to_outer=True):
@@ -458,13 +458,13 @@ def _follow_fused_split(state, stage, it, src_step_ids, level, factor_or_nparts)
 
 def _fuse(state, stage, iters):
     sid = _ids(state, stage)
-    ids = tuple(state.stages[sid].iter_index(i) for i in iters)
+    ids = tuple(state.raw_stages[sid].iter_index(i) for i in iters)
     return FuseStep(sid, ids).apply(state)
 
 
 def _reorder(state, stage, order):
     sid = _ids(state, stage)
-    st = state.stages[sid]
+    st = state.raw_stages[sid]
     ids = tuple(st.iter_index(i) for i in order)
     return ReorderStep(sid, ids).apply(state)
 
