@@ -169,3 +169,64 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel({', '.join(f'{n}{list(s)}:{d}' for n, s, d in self._specs)})"
+
+
+# Build artefacts that cross processes (measurement: compiled in a builder process, run in a
+# runner process). Appended for issue 4; the JIT path above is unchanged.
+
+def compile_object(ir_text: str) -> bytes:
+    """Optimise LLVM IR at O3 for the host CPU and compile it to the bytes of a native object
+    file: a build artefact that another process loads with ``ObjectModule``/``load_kernel``."""
+    return target_machine().emit_object(optimize(ir_text))
+
+
+class ObjectModule:
+    """A native object made by ``compile_object``, loaded with MCJIT: the same ``entry`` and
+    ``timer`` as ``CompiledModule`` (libgomp and libc symbols resolve in this process)."""
+
+    def __init__(self, data: bytes, name: str):
+        target_machine()  # initialises LLVM and loads libgomp permanently
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(data)))
+        self.engine.finalize_object()
+        self.name = name
+        entry, timer = (self.engine.get_function_address(n) for n in (name, name + ".timer"))
+        if not entry or not timer:
+            raise ValueError(f"the object holds no function '{name}' (and '{name}.timer'); "
+                             "was it compiled under another name?")
+        self.entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(entry)
+        self.timer = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(timer)
+
+    def assembly(self) -> str:
+        raise NotImplementedError("a kernel loaded from an object file has no module to print; "
+                                  "build it with ir.build to read its assembly")
+
+
+class _LoadedProgram:
+    """What ``Kernel`` reads of a lowered function when the kernel comes from an object file."""
+
+    def __init__(self, layouts):
+        self.layouts = dict(layouts or {})
+
+
+def load_kernel(dag, data: bytes, name: str, layouts=None, state=None) -> Kernel:
+    """A ``Kernel`` of ``dag`` from object bytes (``compile_object``); ``layouts`` are the
+    lowered function's layout plans (``LoweredFunc.layouts``) when constants were rewritten,
+    so that arguments are checked and ``kernel.pack`` works as for ``ir.build``."""
+    return Kernel(dag, state, _LoadedProgram(layouts), None, ObjectModule(data, name))
+
+
+def native_timer(kernel: Kernel, *arrays):
+    """``run(n) -> seconds`` for ``n`` back-to-back calls of ``kernel`` on ``arrays``, timed
+    in native code (the arguments are checked once, here): the building block of runners
+    that choose their own repeat policy."""
+    argv = kernel._pack(arrays)
+    timer = kernel._compiled.timer
+
+    def run(n: int) -> float:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        return timer(argv, n) * 1e-9
+
+    run.arrays = arrays  # the addresses in argv stay valid while the closure lives
+    return run

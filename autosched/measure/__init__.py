@@ -1,0 +1,22 @@
+"""Measurement that survives bad programs.
+
+- ``LocalBuilder``: lowers and compiles candidates in worker processes, in parallel, each
+  under a timeout; the artefact is a native object.
+- ``LocalRunner``: runs each compiled program in a worker process: verification against
+  the naive program, then timing (``number``/``repeat``/``min_repeat_ms``, optional CPU
+  cache flush, adaptive repeats that stop once the timing has settled).
+- ``ProgramMeasurer``: the object a search policy calls once per round
+  (``measure(task, states) -> list[MeasureResult]``), with records, the best program so
+  far, deduplication, error counts and the early stop of all-error runs.
+- ``WorkerPool``: the isolated worker processes behind both (a crashed or hung worker is
+  killed and replaced); any ``concurrent.futures.Executor`` can be used instead.
+"""
+from .common import MAX_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, program_key
+from .pool import WorkerCrashed, WorkerPool, WorkerTimeout
+from .builder import LocalBuilder
+from .runner import LocalRunner
+from .measurer import ProgramMeasurer, TooManyMeasureErrors
+
+__all__ = ["MAX_COST", "BuildResult", "MeasureErrorNo", "MeasureInput", "MeasureResult", "program_key",
+           "WorkerPool", "WorkerCrashed", "WorkerTimeout", "LocalBuilder", "LocalRunner", "ProgramMeasurer",
+           "TooManyMeasureErrors"]

@@ -1,0 +1,243 @@
+"""What builders and runners execute in worker processes, with per-process caches.
+
+Jobs take the task as ``(task_key, task_payload)``: the key identifies it, the payload
+is the pickled ``SearchTask`` (a few hundred bytes), unpickled once per worker process and
+kept. States travel as step records and are replayed on the task's DAG. Jobs return plain
+dicts and catch what the program does wrong; only a crash or a hang of the worker is left
+to the executor (``WorkerPool`` kills and replaces the worker).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import statistics
+import time
+import traceback
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+import ir
+from ir.codegen import generate
+from ir.lower import lower
+from ir.runtime import compile_object, load_kernel, native_timer
+from ir.steps import Step
+
+from .common import MeasureErrorNo, short
+from .verify import DEFAULT_SEED, Reference, compare, compute_reference, output_buffers, random_inputs
+
+#: the symbol every measured program is compiled under
+KERNEL_NAME = "measured_kernel"
+
+_tasks: "OrderedDict[str, object]" = OrderedDict()
+_references: "OrderedDict[tuple, Reference]" = OrderedDict()
+_inputs: "OrderedDict[tuple, list]" = OrderedDict()
+_flush_buffer: np.ndarray | None = None
+
+
+def _remember(cache: OrderedDict, key, value, size: int):
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > size:
+        cache.popitem(last=False)
+    return value
+
+
+def task_of(task_key: str, task_payload: bytes):
+    """The task of this key, unpickled once per process."""
+    task = _tasks.get(task_key)
+    if task is None:
+        task = _remember(_tasks, task_key, pickle.loads(task_payload), 32)
+    return task
+
+
+def replay(dag, step_records) -> "ir.State":
+    """The program of ``step_records`` on ``dag`` (raises on an invalid step)."""
+    state = dag.init_state()
+    for rec in step_records:
+        state = Step.from_record(rec).apply(state)
+    return state
+
+
+def _elapsed(t0: float) -> float:
+    return time.perf_counter() - t0
+
+
+def _error(error_no: int, msg: str, t0: float) -> dict:
+    return {"error_no": int(error_no), "error_msg": short(msg), "time": _elapsed(t0)}
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-6:])}"
+
+
+# building ------------------------------------------------------------------------------
+
+def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rewrite: bool,
+              fault: str | None = None) -> dict:
+    """Replay, lower, generate and compile one program to a native object."""
+    t0 = time.perf_counter()
+    task = task_of(task_key, task_payload)
+    try:
+        state = replay(task.dag, step_records)
+    except Exception as exc:
+        return _error(MeasureErrorNo.INSTANTIATION_ERROR, f"the steps do not replay: {type(exc).__name__}: {exc}", t0)
+    try:
+        if fault and fault.startswith("build:"):
+            from .testing import inject_build_fault
+            inject_build_fault(fault)
+        lowered = lower(state, KERNEL_NAME, layout_rewrite)
+        obj = compile_object(generate(lowered, KERNEL_NAME))
+    except ir.InvalidStep as exc:
+        return _error(MeasureErrorNo.INSTANTIATION_ERROR, f"invalid program: {exc}", t0)
+    except Exception as exc:
+        return _error(MeasureErrorNo.COMPILE_HOST, f"compilation failed: {_describe(exc)}", t0)
+    return {"error_no": 0, "error_msg": "", "object": obj, "name": KERNEL_NAME,
+            "layouts": dict(lowered.layouts or {}), "time": _elapsed(t0)}
+
+
+# the reference -------------------------------------------------------------------------
+
+def reference_job(task_key: str, task_payload: bytes, seed: int, path: str | None) -> float:
+    """Compute the task's reference (its naive program on random inputs), keep it in this
+    process and save it to ``path`` for the other workers; returns the seconds it took."""
+    t0 = time.perf_counter()
+    task = task_of(task_key, task_payload)
+    ref = _remember(_references, (task_key, seed), compute_reference(task.dag, seed), 4)
+    if path:
+        tmp = f"{path}.{os.getpid()}.tmp.npz"
+        ref.save(tmp)
+        os.replace(tmp, path)
+    return _elapsed(t0)
+
+
+def _reference(task_key: str, dag, seed: int, path: str | None) -> Reference:
+    ref = _references.get((task_key, seed))
+    if ref is None:
+        if path and os.path.exists(path):
+            ref = Reference.load(path)
+        else:  # no shared copy (e.g. another machine): compute it here
+            ref = compute_reference(dag, seed)
+        _remember(_references, (task_key, seed), ref, 4)
+    return ref
+
+
+def _random_inputs(task_key: str, dag, seed: int) -> list:
+    got = _inputs.get((task_key, seed))
+    if got is None:
+        got = _remember(_inputs, (task_key, seed), random_inputs(dag, seed), 4)
+    return got
+
+
+# running -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a runner times and checks a program (see ``LocalRunner``)."""
+    number: int = 1
+    repeat: int = 10
+    min_repeat_ms: float = 40.0
+    cache_flush: bool = False
+    adaptive: bool = True
+    cv_threshold: float = 0.05
+    min_repeats: int = 3
+    verify: bool = True
+    seed: int = DEFAULT_SEED
+
+
+def _llc_bytes() -> int:
+    for index in range(4, 0, -1):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        try:
+            return int(text.rstrip("KMGkmg")) * scale
+        except ValueError:
+            continue
+    return 32 << 20
+
+
+def flush_cpu_cache() -> None:
+    """Write a buffer twice the size of the last-level cache, evicting the kernel's data."""
+    global _flush_buffer
+    if _flush_buffer is None:
+        _flush_buffer = np.zeros(min(2 * _llc_bytes(), 1 << 30), dtype=np.uint8)
+    np.add(_flush_buffer, 1, out=_flush_buffer)
+
+
+def calibrate(run, number: int, target: float) -> tuple[int, float]:
+    """Calls per repeat so that one repeat lasts ``target`` seconds (at least ``number``),
+    and the seconds the probes took. Probes start at one call and grow; they are not
+    repeats, so a probe stretched by preemption (a shared machine) can at worst leave the
+    repeats shorter than ``target``, never bias a cost."""
+    n, best, spent = 1, float("inf"), 0.0
+    while True:
+        seconds = run(n)
+        spent += seconds
+        best = min(best, seconds / n)
+        if n * best >= target or n >= 1 << 30:
+            return max(number, n), spent
+        n = max(2 * n, min(int(target / max(best, 1e-12) * 1.1) + 1, 1 << 30))
+
+
+def _cv(costs: list) -> float:
+    """Coefficient of variation (sample standard deviation over mean)."""
+    mean = statistics.fmean(costs)
+    return statistics.stdev(costs) / mean if mean > 0 else 0.0
+
+
+def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: dict,
+            opts: RunOptions, reference_path: str | None, fault: str | None = None) -> dict:
+    """Load a compiled program, run it once and check its outputs, then time it."""
+    t0 = time.perf_counter()
+    task = task_of(task_key, task_payload)
+    dag = task.dag
+    try:
+        kernel = load_kernel(dag, obj, name, layouts)
+    except Exception as exc:
+        return _error(MeasureErrorNo.RUNTIME_DEVICE, f"could not load the compiled program: {_describe(exc)}", t0)
+    ref = _reference(task_key, dag, opts.seed, reference_path) if opts.verify else None
+    inputs = iter(ref.inputs if ref is not None else _random_inputs(task_key, dag, opts.seed))
+    outputs = output_buffers(dag)
+    outs = iter(outputs)
+    args = []
+    for t in dag.tensors:  # the kernel's argument order; fresh copies: a program may scribble
+        if isinstance(t.op, ir.PlaceholderOp):
+            a = next(inputs)
+            args.append(kernel.pack(t.name, a) if t.name in kernel.layouts else a.copy())
+        else:
+            args.append(next(outs))
+    call = kernel
+    if fault and fault.startswith("run:"):
+        from .testing import faulty_call
+        call = faulty_call(fault, kernel, outputs)
+    try:
+        t1 = time.perf_counter()
+        call(*args)
+        kernel_time = _elapsed(t1)
+    except Exception as exc:
+        return _error(MeasureErrorNo.RUNTIME_DEVICE, f"the program raised: {_describe(exc)}", t0)
+    if ref is not None:
+        mismatch = compare(outputs, ref)
+        if mismatch:
+            return _error(MeasureErrorNo.WRONG_ANSWER, mismatch, t0)
+    run = native_timer(kernel, *args)
+    costs, number = [], max(1, opts.number)
+    if opts.min_repeat_ms > 0:
+        number, probe_time = calibrate(run, number, opts.min_repeat_ms * 1e-3)
+        kernel_time += probe_time
+    while len(costs) < opts.repeat:
+        if opts.adaptive and len(costs) >= max(2, opts.min_repeats) and _cv(costs) < opts.cv_threshold:
+            break
+        if opts.cache_flush:
+            flush_cpu_cache()
+        seconds = run(number)
+        kernel_time += seconds
+        costs.append(seconds / number)
+    return {"error_no": 0, "error_msg": "", "costs": costs, "number": number, "repeats": len(costs),
+            "saved_repeats": opts.repeat - len(costs) if opts.adaptive else 0,
+            "kernel_time": kernel_time, "verified": ref is not None, "time": _elapsed(t0)}

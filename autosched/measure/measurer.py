@@ -1,0 +1,236 @@
+"""``ProgramMeasurer``: what a search policy calls once per round with a batch of States.
+
+It builds (``LocalBuilder``), runs (``LocalRunner``), hands every result to the callbacks
+as soon as it is ready (``RecordToFile`` writes it to the log), and keeps what the search
+needs between rounds: the best cost and State of each workload, the programs already
+measured (so that none is measured twice, also across a resumed run), error counts by kind
+for the progress display, and the early-stop rule for runs where everything fails.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+from dataclasses import dataclass, field
+
+from .builder import LocalBuilder
+from .common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult
+from .runner import LocalRunner
+
+
+class TooManyMeasureErrors(RuntimeError):
+    """Raised by ``ProgramMeasurer.measure`` after a batch once ``max_consecutive_errors``
+    measurements in a row have failed: the setup, not the programs, is likely broken. The
+    results (already recorded) are in ``results``; ``error_counts`` says what failed."""
+
+    def __init__(self, message: str, error_counts: dict, results: list):
+        super().__init__(message)
+        self.error_counts = error_counts
+        self.results = results
+
+
+@dataclass
+class _Workload:
+    results: dict = field(default_factory=dict)      # program key -> MeasureResult
+    best_cost: float = MAX_COST
+    best_state: object = None                         # a State, or None
+    best_steps: tuple | None = None                   # step records of a loaded best, replayed on demand
+    measured: int = 0                                 # measured in this session
+
+
+def _task_id(task) -> tuple[str, str]:
+    return task.workload_key, str(task.target)
+
+
+class ProgramMeasurer:
+    """Measures batches of programs and remembers the outcome.
+
+    ``builder``/``runner``: default ``LocalBuilder()``/``LocalRunner()``. ``callbacks``:
+    callables ``cb(measure_input, measure_result)`` called as each result is ready; one with
+    a ``flush()`` method has it called after each batch. ``log_file``: resume from this
+    tuning log if it exists (its programs are not measured again) and append every new
+    record to it. ``max_consecutive_errors``: raise ``TooManyMeasureErrors`` after a batch
+    once this many measurements in a row have failed (0: never). ``verbose``: 1 prints one
+    line per batch."""
+
+    def __init__(self, builder: LocalBuilder | None = None, runner: LocalRunner | None = None,
+                 callbacks=(), log_file=None, max_consecutive_errors: int = 64, verbose: int = 0):
+        self.builder = builder if builder is not None else LocalBuilder()
+        self.runner = runner if runner is not None else LocalRunner()
+        self.callbacks = list(callbacks)
+        self.max_consecutive_errors = max_consecutive_errors
+        self.verbose = verbose
+        self.error_counts: collections.Counter = collections.Counter()   # MeasureErrorNo -> count
+        self._messages: collections.Counter = collections.Counter()      # (error_no, first line) -> count
+        self.n_measured = 0          # programs measured in this session
+        self.n_loaded = 0            # records loaded from logs
+        self.consecutive_errors = 0
+        self._workloads: dict[tuple[str, str], _Workload] = {}
+        if log_file is not None:
+            from ..records import RecordToFile
+            if os.path.exists(log_file) and os.path.getsize(log_file) > 0:
+                self.load(log_file)
+            self.callbacks.append(RecordToFile(log_file))
+
+    # what the search asks ----------------------------------------------------------------
+    def _workload(self, task) -> _Workload:
+        ident = _task_id(task)
+        w = self._workloads.get(ident)
+        if w is None:
+            w = self._workloads[ident] = _Workload()
+        return w
+
+    def has_measured(self, task, state) -> bool:
+        """Whether this program (``str(state)``) of ``task`` was measured, here or in a loaded log."""
+        w = self._workloads.get(_task_id(task))
+        return w is not None and MeasureInput(task, state).program_key() in w.results
+
+    def measured_keys(self, task) -> set[str]:
+        """The program keys (``common.program_key(state)``) of ``task`` measured so far."""
+        w = self._workloads.get(_task_id(task))
+        return set(w.results) if w is not None else set()
+
+    def best_cost(self, task) -> float:
+        """The best mean seconds per call of ``task`` so far (``MAX_COST`` if none)."""
+        w = self._workloads.get(_task_id(task))
+        return w.best_cost if w is not None else MAX_COST
+
+    def best_state(self, task):
+        """The fastest State of ``task`` so far (replayed on ``task.dag`` if it came from a
+        log), or None."""
+        w = self._workloads.get(_task_id(task))
+        if w is None:
+            return None
+        if w.best_state is None and w.best_steps is not None:
+            from .jobs import replay
+            try:
+                w.best_state = replay(task.dag, w.best_steps)
+            except Exception:
+                w.best_steps = None
+        return w.best_state
+
+    @property
+    def n_errors(self) -> int:
+        return sum(self.error_counts.values())
+
+    def summary(self) -> str:
+        """One line for the progress display: programs measured and errors by kind."""
+        ok = self.n_measured - self.n_errors
+        parts = [f"{self.n_measured} measured", f"{ok} ok"]
+        parts += [f"{n} {MeasureErrorNo(e).label}" for e, n in sorted(self.error_counts.items())]
+        if self.n_loaded:
+            parts.append(f"{self.n_loaded} loaded from logs")
+        return ", ".join(parts)
+
+    # measuring ---------------------------------------------------------------------------
+    def measure(self, task, states) -> list[MeasureResult]:
+        """Measure ``states`` (of ``task``); results in input order. A program measured
+        before (in this session or a loaded log) is not measured again: its earlier result
+        is returned."""
+        return self.measure_inputs([MeasureInput(task, s) for s in states])
+
+    def measure_inputs(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
+        results: list[MeasureResult | None] = [None] * len(inputs)
+        keys = [inp.program_key() for inp in inputs]
+        todo: list[int] = []
+        first: dict[tuple, int] = {}
+        for i, (inp, key) in enumerate(zip(inputs, keys)):
+            ident = (_task_id(inp.task), key)
+            known = self._workload(inp.task).results.get(key)
+            if known is not None:
+                results[i] = known
+            elif ident not in first:
+                first[ident] = i
+                todo.append(i)
+        batch = [inputs[i] for i in todo]
+        if batch:
+            def on_result(j: int, res: MeasureResult) -> None:
+                i = todo[j]
+                results[i] = res
+                self._record(inputs[i], keys[i], res)
+
+            builds = self.builder.build(batch)
+            self.runner.run(batch, builds, on_result)
+            for cb in self.callbacks:
+                flush = getattr(cb, "flush", None)
+                if callable(flush):
+                    flush()
+        for i, (inp, key) in enumerate(zip(inputs, keys)):  # duplicates within the batch
+            if results[i] is None:
+                results[i] = self._workload(inp.task).results[key]
+        if self.verbose and batch:
+            self._print_batch(batch[0].task, [results[i] for i in todo])
+        if self.max_consecutive_errors and self.consecutive_errors >= self.max_consecutive_errors:
+            raise TooManyMeasureErrors(self._stop_message(), dict(self.error_counts), results)
+        return results
+
+    def _record(self, inp: MeasureInput, key: str, res: MeasureResult) -> None:
+        w = self._workload(inp.task)
+        w.results[key] = res
+        w.measured += 1
+        self.n_measured += 1
+        if res.ok:
+            self.consecutive_errors = 0
+            if res.mean_cost < w.best_cost:
+                w.best_cost, w.best_state, w.best_steps = res.mean_cost, inp.state, None
+        else:
+            self.consecutive_errors += 1
+            self.error_counts[MeasureErrorNo(res.error_no)] += 1
+            line = res.error_msg.strip().splitlines()[0][:300] if res.error_msg.strip() else ""
+            self._messages[(int(res.error_no), line)] += 1
+        for cb in self.callbacks:
+            cb(inp, res)
+
+    def _stop_message(self) -> str:
+        n = self.consecutive_errors
+        head = (f"all {n} measurements failed" if n >= self.n_measured
+                else f"the last {n} measurements failed")
+        kind, count = self.error_counts.most_common(1)[0]
+        msg = max((item for item in self._messages.items() if item[0][0] == kind), key=lambda item: item[1])[0][1]
+        counts = ", ".join(f"{c} {MeasureErrorNo(e).label}" for e, c in self.error_counts.most_common())
+        return (f"autosched: {head} ({counts}); stopping instead of going on. The most common error is "
+                f"{MeasureErrorNo(kind).label} ({count}x): {msg}")
+
+    def _print_batch(self, task, results: list[MeasureResult]) -> None:
+        ok = [r for r in results if r.ok]
+        best = self.best_cost(task)
+        flops = task.dag.flop_count()
+        best_txt = f"best {flops / best / 1e9:.2f} GFLOPS ({1e3 * best:.4f} ms)" if best < MAX_COST else "no valid program yet"
+        print(f"[autosched] {getattr(task, 'desc', '') or task.workload_key}: batch of {len(results)}, {len(ok)} ok; "
+              f"{best_txt}; session: {self.summary()}", file=sys.stdout, flush=True)
+
+    # logs ----------------------------------------------------------------------------------
+    def load(self, source, target: str | None = None) -> int:
+        """Take in the records of a log (a path, paths, or loaded records): their programs
+        count as measured and their best as the best so far. Returns how many were read."""
+        from ..records import _iter_records
+        n = 0
+        for rec in _iter_records(source):
+            if target is not None and rec.target != target:
+                continue
+            ident = (rec.workload_key, rec.target)
+            w = self._workloads.get(ident)
+            if w is None:
+                w = self._workloads[ident] = _Workload()
+            if rec.program:
+                w.results.setdefault(rec.program, rec.result())
+            if rec.ok and rec.mean_cost < w.best_cost:
+                w.best_cost, w.best_state, w.best_steps = rec.mean_cost, None, rec.steps
+            n += 1
+        self.n_loaded += n
+        return n
+
+    def close(self) -> None:
+        """Stop the builder's and runner's workers and close the callbacks that can be."""
+        self.builder.close()
+        self.runner.close()
+        for cb in self.callbacks:
+            close = getattr(cb, "close", None)
+            if callable(close):
+                close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,172 @@
+"""``LocalRunner``: runs compiled programs in a worker process, checks their outputs against
+the reference and times them (fixed or adaptive repeats, optional CPU cache flush)."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+import weakref
+from concurrent.futures import BrokenExecutor, Executor
+from dataclasses import replace
+
+from .common import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, short
+from .executors import collect, submit, task_payload
+from .jobs import RunOptions, reference_job, run_job
+from .pool import WorkerCrashed, WorkerPool, WorkerTimeout
+from .verify import DEFAULT_SEED
+
+
+class LocalRunner:
+    """Runs ``BuildResult``s and returns ``MeasureResult``s.
+
+    Timing: after one call that is checked (and warms up), each of ``repeat`` repeats runs
+    back-to-back calls in native code, at least ``number`` (default 1) and as many as make
+    one repeat last ``min_repeat_ms`` (default 40; found by probes that are not counted); a
+    cost is the seconds per call of one repeat. With ``enable_cpu_cache_flush`` the
+    last-level cache is flushed before every repeat and ``min_repeat_ms`` defaults to 0
+    (each repeat one cold call, as Ansor does).
+
+    Adaptive timing (after AdaTune, on by default): ``repeat`` is the most repeats; the
+    runner stops once at least ``min_repeats`` repeats have a coefficient of variation below
+    ``cv_threshold``, and reports the repeats it saved (``MeasureResult.saved_repeats``).
+
+    Verification (on by default): before timing, the program runs once on random inputs
+    (seed ``verify_seed``) and its outputs are compared with the naive program's, within a
+    tolerance for the dtype and reduction length (``autosched.measure.verify``); a mismatch
+    is a ``WRONG_ANSWER``. The reference is computed once per task (``reference_timeout``);
+    if that fails, the task's programs are timed unverified, with a warning.
+
+    ``timeout``: seconds per program (load, check and time; Ansor: 10). ``n_parallel``:
+    worker processes (1: programs are timed one at a time, as timings need). ``executor``:
+    any ``concurrent.futures.Executor`` instead of the runner's own ``WorkerPool``."""
+
+    def __init__(self, timeout: float = 10.0, number: int = 1, repeat: int = 10,
+                 min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
+                 adaptive: bool = True, cv_threshold: float = 0.05, min_repeats: int = 3,
+                 verify: bool = True, verify_seed: int = DEFAULT_SEED, reference_timeout: float = 300.0,
+                 n_parallel: int = 1, executor: Executor | None = None):
+        flush = bool(enable_cpu_cache_flush)
+        min_repeat_ms = (0.0 if flush else 40.0) if min_repeat_ms is None else min_repeat_ms
+        if number < 1 or repeat < 1 or min_repeats < 1:
+            raise ValueError(f"number, repeat and min_repeats must be >= 1, got number={number}, "
+                             f"repeat={repeat}, min_repeats={min_repeats}")
+        if min_repeat_ms < 0 or cv_threshold < 0:
+            raise ValueError(f"min_repeat_ms and cv_threshold must be >= 0, got {min_repeat_ms}, {cv_threshold}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds (or None), got {timeout!r}")
+        self.timeout = timeout
+        self.reference_timeout = reference_timeout
+        self.options = RunOptions(number=number, repeat=repeat, min_repeat_ms=float(min_repeat_ms),
+                                  cache_flush=flush, adaptive=bool(adaptive), cv_threshold=float(cv_threshold),
+                                  min_repeats=min_repeats, verify=bool(verify), seed=verify_seed)
+        self.n_parallel = n_parallel
+        self._own = executor is None
+        self._executor = executor
+        self._references: dict[str, str | None] = {}  # task key -> reference file (None: unverified)
+        self._dir: str | None = None
+        self._cleanup = None
+
+    def _reference_dir(self) -> str:
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="autosched-reference-")
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True)
+        return self._dir
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = WorkerPool(self.n_parallel, timeout=self.timeout, name="autosched-runner")
+        return self._executor
+
+    # the reference of each task ------------------------------------------------------------
+    def _reference(self, task) -> str | None:
+        """The reference file of ``task`` (computed on first use); None if that failed."""
+        key, payload = task_payload(task)
+        if key not in self._references:
+            path = os.path.join(self._reference_dir(), f"{key}-{self.options.seed}.npz")
+            future = submit(self.executor, self.reference_timeout, reference_job, key, payload,
+                            self.options.seed, path)
+            got: list = [None]
+            collect(self.executor, [future], self.reference_timeout, lambda i, f: got.__setitem__(0, f))
+            try:
+                if got[0] is None:
+                    raise TimeoutError(f"it took longer than {self.reference_timeout:g} s")
+                got[0].result()
+                self._references[key] = path
+            except Exception as err:
+                warnings.warn(f"autosched: the reference (naive program) of task {task!r} failed "
+                              f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                              "its programs are timed WITHOUT verification", RuntimeWarning, stacklevel=3)
+                self._references[key] = None
+        return self._references[key]
+
+    # running -------------------------------------------------------------------------------
+    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult], on_result=None) -> list[MeasureResult]:
+        """Measure every built program; results in input order (errors included, never
+        raised). ``on_result(index, result)`` is called as each result is ready."""
+        if len(inputs) != len(build_results):
+            raise ValueError(f"run got {len(inputs)} inputs but {len(build_results)} build results")
+        results: list[MeasureResult | None] = [None] * len(inputs)
+
+        def finish(i, result):
+            results[i] = result
+            if on_result is not None:
+                on_result(i, result)
+
+        todo, futures = [], []
+        for i, (inp, build) in enumerate(zip(inputs, build_results)):
+            if build.error_no:
+                finish(i, MeasureResult.failed(build.error_no, build.error_msg, build_time=build.time_cost))
+                continue
+            opts = self.options
+            ref = self._reference(inp.task) if opts.verify else None
+            if opts.verify and ref is None:
+                opts = replace(opts, verify=False)
+            key, payload = task_payload(inp.task)
+            todo.append(i)
+            futures.append(submit(self.executor, self.timeout, run_job, key, payload, build.object, build.name,
+                                  build.layouts, opts, ref, getattr(inp, "fault", None) or None))
+
+        def done(j, future):
+            i = todo[j]
+            finish(i, self._result(future, build_results[i].time_cost))
+
+        collect(self.executor, futures, self.timeout, done)
+        return results
+
+    def _result(self, future, build_time: float) -> MeasureResult:
+        if future is None:
+            return MeasureResult.failed(MeasureErrorNo.RUN_TIMEOUT, f"the run did not finish within {self.timeout:g} s",
+                                        build_time, self.timeout)
+        try:
+            got = future.result()
+        except WorkerTimeout as err:
+            return MeasureResult.failed(MeasureErrorNo.RUN_TIMEOUT, str(err), build_time, err.timeout)
+        except (WorkerCrashed, BrokenExecutor) as err:
+            return MeasureResult.failed(MeasureErrorNo.RUNTIME_DEVICE,
+                                        short(f"the program crashed its worker process: {err}"), build_time)
+        except Exception as err:
+            return MeasureResult.failed(MeasureErrorNo.UNKNOWN_ERROR, short(f"{type(err).__name__}: {err}"),
+                                        build_time)
+        if got["error_no"]:
+            return MeasureResult.failed(got["error_no"], got["error_msg"], build_time, got["time"])
+        return MeasureResult(tuple(got["costs"]), 0, "", build_time + got["time"], build_time=build_time,
+                             run_time=got["time"], repeats=got["repeats"], saved_repeats=got["saved_repeats"],
+                             number=got["number"], kernel_time=got["kernel_time"], verified=got["verified"])
+
+    def close(self) -> None:
+        """Stop the runner's own worker process(es) and remove its reference files."""
+        if self._own and self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        self._references.clear()
+        if self._cleanup is not None:
+            self._cleanup()
+            self._dir = self._cleanup = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

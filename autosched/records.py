@@ -1,0 +1,383 @@
+"""Tuning records: one measured program a line, JSON, versioned.
+
+A line holds the task (workload key, description, target, hardware, layout rewrite), the
+program as its step records (``Step.record()``; replaying them on the task's DAG rebuilds
+it), the measurement (costs in seconds, error code and message, times) and a timestamp::
+
+    {"v": 1, "workload_key": "3f1c...", "desc": "GMM-1x512x512x512", "target": "llvm -mcpu=znver4",
+     "hardware": {...}, "layout_rewrite": true, "program": "a41b...", "steps": [["SP",2,0,[4],true], ...],
+     "costs": [0.00131, 0.00129, 0.00130], "error_no": 0, "error_msg": "", "all_cost": 0.41,
+     "build_time": 0.12, "run_time": 0.29, "repeats": 3, "saved_repeats": 7, "timestamp": 1717171717.0}
+
+Lines starting with ``#`` are comments. A run killed mid-write leaves a truncated last
+line: reading skips it with a warning. ``RecordToFile`` writes each record with a single
+``write`` as soon as it is measured, and ``fsync``s after every batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from .measure.common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult
+
+#: the version of the record format written here (readers skip newer lines with a warning)
+RECORD_VERSION = 1
+
+
+class UntunedWorkloadWarning(UserWarning):
+    """A DAG built under ``apply_history_best`` has no usable record: it gets the naive,
+    untuned program. Loud on purpose (silent fallbacks cost users days)."""
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    """One measured program. ``steps`` are step records (JSON lists); ``state(dag)``
+    replays them on the task's DAG."""
+    workload_key: str
+    target: str
+    steps: tuple
+    costs: tuple
+    error_no: int = 0
+    error_msg: str = ""
+    all_cost: float = 0.0
+    timestamp: float = 0.0
+    desc: str = ""
+    layout_rewrite: bool = False
+    program: str = ""
+    hardware: dict | None = None
+    build_time: float = 0.0
+    run_time: float = 0.0
+    repeats: int = 0
+    saved_repeats: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_no == MeasureErrorNo.NO_ERROR
+
+    @property
+    def mean_cost(self) -> float:
+        """Mean seconds per call; ``MAX_COST`` (1e10) for a failed measurement."""
+        return statistics.fmean(self.costs) if self.ok and self.costs else MAX_COST
+
+    def state(self, dag):
+        """The recorded program, replayed on ``dag`` (which must be the recorded workload)."""
+        from ir.steps import Step
+        key = dag.workload_key()
+        if key != self.workload_key:
+            raise ValueError(f"the record is of workload {self.workload_key}, the DAG given is {key}")
+        state = dag.init_state()
+        for rec in self.steps:
+            state = Step.from_record(rec).apply(state)
+        return state
+
+    def result(self) -> MeasureResult:
+        return MeasureResult(tuple(self.costs), self.error_no, self.error_msg, self.all_cost, self.timestamp,
+                             self.build_time, self.run_time, self.repeats, self.saved_repeats)
+
+    # JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = {"v": RECORD_VERSION, "workload_key": self.workload_key, "desc": self.desc, "target": self.target,
+             "hardware": self.hardware, "layout_rewrite": self.layout_rewrite, "program": self.program,
+             "steps": _lists(self.steps), "costs": list(self.costs), "error_no": int(self.error_no),
+             "error_msg": self.error_msg, "all_cost": self.all_cost, "build_time": self.build_time,
+             "run_time": self.run_time, "repeats": self.repeats, "saved_repeats": self.saved_repeats,
+             "timestamp": self.timestamp}
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "TuningRecord":
+        version = d.get("v")
+        if version != RECORD_VERSION:
+            raise ValueError(f"record format version {version!r}; this autosched reads version {RECORD_VERSION}")
+        try:
+            return cls(workload_key=str(d["workload_key"]), target=str(d["target"]), steps=_tuples(d["steps"]),
+                       costs=tuple(float(c) for c in d["costs"]), error_no=int(d["error_no"]),
+                       error_msg=str(d.get("error_msg", "")), all_cost=float(d.get("all_cost", 0.0)),
+                       timestamp=float(d.get("timestamp", 0.0)), desc=str(d.get("desc", "")),
+                       layout_rewrite=bool(d.get("layout_rewrite", False)), program=str(d.get("program", "")),
+                       hardware=d.get("hardware"), build_time=float(d.get("build_time", 0.0)),
+                       run_time=float(d.get("run_time", 0.0)), repeats=int(d.get("repeats", 0)),
+                       saved_repeats=int(d.get("saved_repeats", 0)))
+        except KeyError as err:
+            raise ValueError(f"the record has no {err.args[0]!r} field") from None
+
+    @classmethod
+    def from_json(cls, line: str) -> "TuningRecord":
+        return cls.from_dict(json.loads(line))
+
+    @classmethod
+    def from_measure(cls, inp: MeasureInput, res: MeasureResult) -> "TuningRecord":
+        task = inp.task
+        hardware = getattr(task, "hardware", None)
+        return cls(workload_key=task.workload_key, target=str(task.target), steps=_tuples(inp.step_records()),
+                   costs=tuple(float(c) for c in res.costs), error_no=int(res.error_no), error_msg=res.error_msg,
+                   all_cost=float(res.all_cost), timestamp=float(res.timestamp), desc=str(getattr(task, "desc", "")),
+                   layout_rewrite=bool(task.layout_rewrite), program=inp.program_key(),
+                   hardware=asdict(hardware) if hardware is not None else None,
+                   build_time=float(res.build_time), run_time=float(res.run_time), repeats=int(res.repeats),
+                   saved_repeats=int(res.saved_repeats))
+
+
+def _tuples(v):
+    return tuple(_tuples(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def _lists(v):
+    return [_lists(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+# reading -------------------------------------------------------------------------------
+
+def read_records(path) -> list[TuningRecord]:
+    """Every record of a file, in file order. Comments and blank lines are skipped; a
+    truncated last line (a run killed mid-write) is skipped with a warning, as are other
+    unreadable lines and lines of a newer format (one warning per file says which)."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    complete = text.endswith("\n") or text == ""
+    records: list[TuningRecord] = []
+    bad: list[str] = []
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        last = number == len(lines)
+        try:
+            records.append(TuningRecord.from_json(stripped))
+        except (ValueError, TypeError) as err:
+            if last and not complete:
+                warnings.warn(f"autosched: {path}: the last line is truncated (a run killed while writing?); "
+                              f"skipped it ({len(line)} characters)", RuntimeWarning, stacklevel=3)
+            else:
+                bad.append(f"line {number}: {str(err)[:120]}")
+    if bad:
+        warnings.warn(f"autosched: {path}: skipped {len(bad)} unreadable record line(s): " + "; ".join(bad[:5])
+                      + (" ..." if len(bad) > 5 else ""), RuntimeWarning, stacklevel=3)
+    return records
+
+
+def _iter_records(source) -> list[TuningRecord]:
+    if isinstance(source, (str, os.PathLike)):
+        return read_records(source)
+    if isinstance(source, Mapping):
+        return [r for recs in source.values() for r in recs]
+    out: list[TuningRecord] = []
+    for item in source:
+        if isinstance(item, TuningRecord):
+            out.append(item)
+        else:  # a list of paths
+            out.extend(_iter_records(item))
+    return out
+
+
+def load_records(source) -> dict[str, list[TuningRecord]]:
+    """The records of a log file (or of several: a list of paths), keyed by workload key,
+    in file order within each workload."""
+    by_key: dict[str, list[TuningRecord]] = {}
+    for rec in _iter_records(source):
+        by_key.setdefault(rec.workload_key, []).append(rec)
+    return by_key
+
+
+def _by_cost(records: Iterable[TuningRecord]) -> list[TuningRecord]:
+    return sorted((r for r in records if r.ok), key=lambda r: r.mean_cost)
+
+
+def best_records(source, target: str | None = None, top: int = 1) -> dict[str, list[TuningRecord]]:
+    """The ``top`` fastest successful records of each workload (fastest first), counting
+    only records of ``target`` when one is given. Programs measured more than once count
+    once (their best measurement)."""
+    if top < 1:
+        raise ValueError(f"top must be >= 1, got {top}")
+    out: dict[str, list[TuningRecord]] = {}
+    for key, recs in load_records(_iter_records(source)).items():
+        seen, best = set(), []
+        for r in _by_cost(r for r in recs if target is None or r.target == target):
+            ident = (r.target, r.program or json.dumps(_lists(r.steps)))
+            if ident in seen:
+                continue
+            seen.add(ident)
+            best.append(r)
+            if len(best) == top:
+                break
+        if best:
+            out[key] = best
+    return out
+
+
+def best_record(source, workload, target: str | None = None) -> TuningRecord | None:
+    """The fastest successful record of ``workload`` (a workload key or a ComputeDAG)."""
+    key = workload if isinstance(workload, str) else workload.workload_key()
+    got = best_records(source, target).get(key)
+    return got[0] if got else None
+
+
+# writing -------------------------------------------------------------------------------
+
+def save_records(path, records: Iterable[TuningRecord], header: str = "") -> int:
+    """Write records to a new file (replacing it atomically); returns how many."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    n = 0
+    with open(tmp, "w") as f:
+        for line in header.splitlines():
+            f.write(f"# {line}\n")
+        for rec in records:
+            f.write(rec.to_json() + "\n")
+            n += 1
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return n
+
+
+def distill_records(src, dst, top: int = 1, target: str | None = None) -> int:
+    """Keep the ``top`` best successful records of each workload of ``src`` (a path or a
+    list of paths) in ``dst``; returns how many were written."""
+    records = _iter_records(src)
+    best = best_records(records, target, top)
+    kept = [r for recs in best.values() for r in recs]
+    header = (f"distilled by autosched: the best {top} record(s) of each of {len(best)} workload(s), "
+              f"from {len(records)} record(s) at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    return save_records(dst, kept, header)
+
+
+class RecordToFile:
+    """A measure callback that appends each measured program to a log file as soon as it
+    is measured (one ``write`` per line; ``flush()``, called after each batch, fsyncs). A
+    truncated last line left by a killed run is cut before appending, so that the log
+    stays one record a line."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._fd: int | None = None
+        self.written = 0
+
+    def _open(self) -> int:
+        if self._fd is None:
+            _repair_tail(self.path)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._fd
+
+    def __call__(self, inp: MeasureInput, res: MeasureResult) -> None:
+        self.write(TuningRecord.from_measure(inp, res))
+
+    def write(self, record: TuningRecord) -> None:
+        data = (record.to_json() + "\n").encode()
+        fd = self._open()
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        self.written += 1
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _repair_tail(path: str) -> None:
+    """Cut an unterminated, unreadable last line (a run killed mid-write); terminate a
+    readable one."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return
+    if size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(max(0, size - (1 << 20)))
+        tail = f.read()
+        if tail.endswith(b"\n"):
+            return
+        cut = tail.rfind(b"\n") + 1
+        last = tail[cut:].decode("utf-8", errors="replace")
+        try:
+            TuningRecord.from_json(last)
+            f.write(b"\n")
+        except (ValueError, TypeError):
+            warnings.warn(f"autosched: {path}: cut a truncated last line (a run killed while writing?) "
+                          "before appending", RuntimeWarning, stacklevel=4)
+            f.truncate(size - len(tail) + cut)
+
+
+# re-applying the best programs -----------------------------------------------------------
+
+class HistoryBest:
+    """The best record of each workload, answering ``ir.build`` (see ``apply_history_best``)."""
+
+    def __init__(self, source, target: str | None):
+        self.target = target
+        records = _iter_records(source)
+        self.best = {k: v[0] for k, v in best_records(records, target).items()}
+        self._other_targets = {r.workload_key: r.target for r in records
+                               if r.ok and target is not None and r.target != target}
+        self.applied: list[str] = []
+        self.fallbacks: list[str] = []
+
+    def query(self, dag) -> TuningRecord | None:
+        return self.best.get(dag.workload_key())
+
+    def __call__(self, dag):
+        key = dag.workload_key()
+        rec = self.best.get(key)
+        if rec is not None:
+            try:
+                state = rec.state(dag)
+            except Exception as err:
+                self._fallback(dag, key, f"its best record does not replay on this DAG ({type(err).__name__}: {err})")
+                return None
+            self.applied.append(key)
+            return state, rec.layout_rewrite
+        why = "no tuning record"
+        if key in self._other_targets:
+            why += f" for target {self.target!r} (there are records for {self._other_targets[key]!r})"
+        self._fallback(dag, key, why)
+        return None
+
+    def _fallback(self, dag, key: str, why: str) -> None:
+        self.fallbacks.append(key)
+        outputs = ", ".join(f"{t.name}{list(t.shape)}" for t in dag.outputs)
+        warnings.warn(f"autosched: {why} for workload {key} (outputs {outputs}); building the naive, UNTUNED "
+                      "program, which may be orders of magnitude slower", UntunedWorkloadWarning, stacklevel=5)
+
+
+@contextlib.contextmanager
+def apply_history_best(source, target: str | None = None):
+    """Within the block, ``ir.build(dag)`` (no state given) builds the best recorded program
+    of ``dag``'s workload from ``source`` (a log path, a list of paths, or loaded records),
+    with the layout rewrite it was measured with: a rewritten constant is then passed in its
+    packed form, ``kernel.pack(name, array)``. A workload without a record builds the naive
+    program with an ``UntunedWorkloadWarning`` naming it.
+
+    ``target``: only records of this target count (default: this host's, ``ir.host_target()``;
+    ``"any"``: all). Yields the ``HistoryBest`` (``.best``, ``.applied``, ``.fallbacks``)."""
+    from ir.build import build_with
+    if target is None:
+        from ir.task import host_target
+        target = host_target()
+    history = HistoryBest(source, None if target == "any" else target)
+    with build_with(history):
+        yield history

@@ -1,0 +1,281 @@
+"""Measurement: isolated builders and runners, verification, adaptive timing, the measurer.
+
+Programs that crash, hang or compute a wrong answer are injected with
+``autosched.measure.testing.FaultyMeasureInput``; each must give its error record while the
+next good program is still measured (and verified) correctly.
+"""
+import dataclasses
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import ir
+from ir.steps import Step
+from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, ProgramMeasurer,
+                       TooManyMeasureErrors, WorkerCrashed, WorkerPool, WorkerTimeout, MAX_COST)
+from autosched.measure import verify
+from autosched.measure.testing import FaultyMeasureInput
+
+E = MeasureErrorNo
+
+
+def matmul_dag(n=32, constant_b=False):
+    a = ir.placeholder((n, n), name="A")
+    b = ir.placeholder((n, n), name="B", constant=constant_b)
+    k = ir.reduce_axis(n, name="k")
+    c = ir.compute((n, n), lambda i, j: ir.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return ir.ComputeDAG([a, b, c])
+
+
+@pytest.fixture(scope="module")
+def task():
+    return ir.SearchTask(matmul_dag(), layout_rewrite=False, desc="matmul-32")
+
+
+@pytest.fixture(scope="module")
+def states(task):
+    s0 = task.dag.init_state()
+    return [s0.split("C", "i", [f]).split("C", "j", [g]) for f, g in [(2, 4), (4, 8), (8, 2), (4, 4), (2, 16)]]
+
+
+@pytest.fixture(scope="module")
+def builder():
+    b = LocalBuilder(timeout=3, n_parallel=2)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def runner():
+    r = LocalRunner(timeout=3, min_repeat_ms=2, repeat=5)
+    yield r
+    r.close()
+
+
+def measure(builder, runner, inputs):
+    builds = builder.build(inputs)
+    return runner.run(inputs, builds)
+
+
+def assert_good(res):
+    assert res.error_no == E.NO_ERROR, res.error_msg
+    assert res.verified
+    assert len(res.costs) == res.repeats >= 3
+    assert all(0 < c < 1e-2 for c in res.costs)  # a 32^3 matmul: microseconds, not 1e10
+    assert res.build_time > 0 and res.run_time > 0 and res.kernel_time > 0
+
+
+# the worker pool -----------------------------------------------------------------------
+
+def test_worker_pool_results_crashes_timeouts_and_replacement():
+    with WorkerPool(max_workers=1, timeout=5) as pool:
+        pid = pool.submit(os.getpid).result()
+        assert pid != os.getpid()
+        assert pool.submit(math.sqrt, 16.0).result() == 4.0
+        with pytest.raises(ValueError):  # a task's own exception comes back as itself
+            pool.submit(math.sqrt, -1.0).result()
+        assert pool.submit(os.getpid).result() == pid  # ...and the worker lives on
+        with pytest.raises(WorkerCrashed, match="exited with status 3"):
+            pool.submit(os._exit, 3).result()
+        with pytest.raises(WorkerCrashed, match="SIGABRT"):
+            pool.submit(os.abort).result()
+        t0 = time.monotonic()
+        with pytest.raises(WorkerTimeout, match="0.5 s"):
+            pool.submit_timed(0.5, time.sleep, 30).result()
+        assert time.monotonic() - t0 < 5
+        new_pid = pool.submit(os.getpid).result()
+        assert new_pid not in (pid, os.getpid())
+        assert pool.stats["crashed"] == 2 and pool.stats["timed_out"] == 1 and pool.stats["started"] == 4
+    assert pool.n_workers == 0
+
+
+def test_worker_pool_runs_in_parallel_and_rejects_unpicklable():
+    with WorkerPool(max_workers=2, timeout=10) as pool:
+        futures = [pool.submit(time.sleep, 0.5) for _ in range(2)]
+        pool.submit(os.getpid).result()  # both workers up
+        t0 = time.monotonic()
+        futures = [pool.submit(time.sleep, 0.5) for _ in range(2)]
+        [f.result() for f in futures]
+        assert time.monotonic() - t0 < 0.95
+        with pytest.raises(TypeError, match="cannot send"):
+            pool.submit(lambda: 1)
+
+
+# builder and runner --------------------------------------------------------------------
+
+def test_good_programs_are_verified_and_timed_in_order(task, states, builder, runner):
+    inputs = [MeasureInput(task, s) for s in states[:3]]
+    builds = builder.build(inputs)
+    assert all(b.error_no == 0 and b.object and b.time_cost > 0 for b in builds)
+    seen = []
+    results = runner.run(inputs, builds, on_result=lambda i, r: seen.append(i))
+    assert sorted(seen) == [0, 1, 2]
+    for res in results:
+        assert_good(res)
+        assert res.all_cost == pytest.approx(res.build_time + res.run_time)
+
+
+def test_segfault_hang_and_wrong_answer_are_recorded_and_the_runner_goes_on(task, states, builder, runner):
+    good = [MeasureInput(task, s) for s in states[:4]]
+    inputs = [good[0],
+              FaultyMeasureInput(task, states[0], "run:segfault"), good[1],
+              FaultyMeasureInput(task, states[0], "run:hang"), good[2],
+              FaultyMeasureInput(task, states[0], "run:wrong"), good[3],
+              FaultyMeasureInput(task, states[0], "run:error")]
+    stats = dict(runner.executor.stats)
+    t0 = time.monotonic()
+    results = measure(builder, runner, inputs)
+    assert time.monotonic() - t0 < 25
+    codes = [r.error_no for r in results]
+    assert codes == [E.NO_ERROR, E.RUNTIME_DEVICE, E.NO_ERROR, E.RUN_TIMEOUT, E.NO_ERROR, E.WRONG_ANSWER,
+                     E.NO_ERROR, E.RUNTIME_DEVICE]
+    assert "SIGSEGV" in results[1].error_msg and "Segmentation fault" in results[1].error_msg
+    assert "timeout of 3 s" in results[3].error_msg
+    assert "output 'C' differs from the reference" in results[5].error_msg and "1 of 1024" in results[5].error_msg
+    assert "injected runtime error" in results[7].error_msg
+    for bad in (results[1], results[3], results[5], results[7]):
+        assert bad.costs == (MAX_COST,) and bad.mean_cost == MAX_COST and not bad.verified
+    for res in results[0::2]:  # every good program after a fault: measured, verified, plausible
+        assert_good(res)
+    fastest, slowest = min(r.mean_cost for r in results[0::2]), max(r.mean_cost for r in results[0::2])
+    assert slowest < 50 * fastest
+    assert runner.executor.stats["crashed"] == stats["crashed"] + 1
+    assert runner.executor.stats["timed_out"] == stats["timed_out"] + 1
+
+
+def test_build_crash_hang_error_and_invalid_program(task, states, builder, runner):
+    invalid = dataclasses.replace(states[1], steps=states[1].steps + (Step.from_record(["SP", 9, 0, [4], True]),))
+    inputs = [FaultyMeasureInput(task, states[0], "build:segfault"),
+              FaultyMeasureInput(task, states[0], "build:hang"),
+              FaultyMeasureInput(task, states[0], "build:error"),
+              MeasureInput(task, invalid),
+              MeasureInput(task, states[4])]
+    results = measure(builder, runner, inputs)
+    assert [r.error_no for r in results] == [E.COMPILE_HOST, E.BUILD_TIMEOUT, E.COMPILE_HOST,
+                                             E.INSTANTIATION_ERROR, E.NO_ERROR]
+    assert "SIGSEGV" in results[0].error_msg
+    assert "timeout of 3 s" in results[1].error_msg
+    assert "injected build error" in results[2].error_msg
+    assert "do not replay" in results[3].error_msg and "no stage 9" in results[3].error_msg
+    assert_good(results[4])
+
+
+def test_adaptive_timing_stops_early_and_counts_saved_repeats(task, states, builder):
+    inputs = [MeasureInput(task, states[1])]
+    builds = builder.build(inputs)
+    with LocalRunner(timeout=5, min_repeat_ms=2, repeat=8, cv_threshold=1.0) as adaptive:
+        (res,) = adaptive.run(inputs, builds)
+    assert res.ok and res.repeats == 3 and res.saved_repeats == 5 and len(res.costs) == 3
+    with LocalRunner(timeout=5, min_repeat_ms=2, repeat=8, adaptive=False) as fixed:
+        (res,) = fixed.run(inputs, builds)
+    assert res.ok and res.repeats == 8 and res.saved_repeats == 0 and len(res.costs) == 8
+    assert res.number >= 1 and res.kernel_time >= 8 * res.number * min(res.costs)
+
+
+def test_cache_flush_times_single_cold_calls(task, states, builder):
+    inputs = [MeasureInput(task, states[2])]
+    with LocalRunner(timeout=5, enable_cpu_cache_flush=True, repeat=4, adaptive=False) as flushing:
+        assert flushing.options.number == 1 and flushing.options.min_repeat_ms == 0
+        (res,) = flushing.run(inputs, builder.build(inputs))
+    assert res.ok and res.verified and res.number == 1 and len(res.costs) == 4
+    assert all(c > 0 for c in res.costs)
+
+
+def test_verification_can_be_switched_off(task, states, builder):
+    inputs = [FaultyMeasureInput(task, states[3], "run:wrong")]
+    with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3, verify=False) as unchecked:
+        (res,) = unchecked.run(inputs, builder.build(inputs))
+    assert res.ok and not res.verified and res.mean_cost < 1e-2
+
+
+def test_layout_rewritten_constants_are_packed_and_verified(builder, runner):
+    dag = matmul_dag(48, constant_b=True)
+    task = ir.SearchTask(dag, layout_rewrite=True, desc="packed")
+    s = dag.init_state().cache_write("C")
+    s = s.split("C", "i", [4]).split("C", "j", [16]).reorder("C", ["j.0", "i.0", "i.1", "j.1"])
+    s = s.compute_at("C.local", "C", "i.0").split("C.local", "k", [8])
+    s = s.reorder("C.local", ["k.0", "k.1", "i", "j"]).vectorize("C.local", "j")
+    inputs = [MeasureInput(task, s), FaultyMeasureInput(task, s, "run:wrong")]
+    builds = builder.build(inputs)
+    assert "B" in builds[0].layouts  # B is stored in the order the loops read it
+    good, wrong = runner.run(inputs, builds)
+    assert_good(good)
+    assert wrong.error_no == E.WRONG_ANSWER
+
+
+def test_any_executor_can_build_and_run(task, states):
+    inputs = [MeasureInput(task, s) for s in states[:2]]
+    with ThreadPoolExecutor(2) as pool:
+        builder = LocalBuilder(timeout=10, executor=pool)
+        runner = LocalRunner(timeout=10, min_repeat_ms=1, repeat=3, executor=pool)
+        results = runner.run(inputs, builder.build(inputs))
+        runner.close()
+        builder.close()
+        assert not pool._shutdown  # an executor passed in is left to its owner
+    for res in results:
+        assert_good(res)
+
+
+# verification ----------------------------------------------------------------------------
+
+def test_tolerance_fits_dtype_and_reduction_length():
+    assert verify.tolerance("int32", 1000) == 0.0
+    f32, f64 = verify.tolerance("float32", 1), verify.tolerance("float64", 1)
+    assert 1e-6 < f32 < 1e-4 and f64 < 1e-12
+    assert verify.tolerance("float32", 512) == pytest.approx(f32 * math.sqrt(512))
+    assert verify.reduction_length(matmul_dag(32)) == 32
+
+
+def test_compare_catches_unwritten_and_wrong_outputs():
+    dag = matmul_dag(8)
+    ref = verify.compute_reference(dag, seed=1)
+    a, b = ref.inputs
+    np.testing.assert_allclose(ref.outputs[0], a @ b, rtol=1e-5, atol=1e-5)
+    assert verify.compare([(a.astype(np.float64) @ b).astype(np.float32)], ref) is None  # another order: fine
+    unwritten = verify.output_buffers(dag)
+    assert "64 of 64 elements" in verify.compare(unwritten, ref)
+    off = ref.outputs[0].copy()
+    off[2, 3] += 0.5
+    assert "worst at (2, 3)" in verify.compare([off], ref)
+
+
+# the measurer ------------------------------------------------------------------------------
+
+@pytest.fixture()
+def measurer(builder, runner):
+    return ProgramMeasurer(builder, runner)
+
+
+def test_measurer_dedups_and_keeps_the_best(task, states, measurer):
+    results = measurer.measure(task, [states[0], states[1], states[0]])
+    assert measurer.n_measured == 2 and results[0] is results[2]
+    assert measurer.has_measured(task, states[1]) and not measurer.has_measured(task, states[2])
+    again = measurer.measure(task, [states[1].replay()])  # prints the same: the same program
+    assert again[0] is results[1] and measurer.n_measured == 2
+    assert measurer.best_cost(task) == min(r.mean_cost for r in results[:2])
+    best = min(results[:2], key=lambda r: r.mean_cost)
+    assert str(measurer.best_state(task)) == str(states[results.index(best)])
+    assert len(measurer.measured_keys(task)) == 2
+    assert measurer.summary() == "2 measured, 2 ok"
+
+
+def test_error_counts_and_early_stop_of_an_all_error_run(task, states, measurer):
+    measurer.max_consecutive_errors = 4
+    # invalid programs that print differently (the dedup key is the printed loop nest)
+    bad = [dataclasses.replace(s, steps=s.steps + (Step.from_record(["SP", 9, 0, [2], True]),)) for s in states[:4]]
+    seen = []
+    measurer.callbacks.append(lambda inp, res: seen.append(res.error_no))
+    measurer.measure(task, bad[:2])  # 2 in a row: goes on
+    assert measurer.error_counts == {E.INSTANTIATION_ERROR: 2}
+    with pytest.raises(TooManyMeasureErrors, match=r"all 4 measurements failed .*invalid program \(4x\): "
+                                                   r"the steps do not replay") as err:
+        measurer.measure(task, bad[2:4])
+    assert err.value.error_counts == {E.INSTANTIATION_ERROR: 4} and len(err.value.results) == 2
+    assert seen == [E.INSTANTIATION_ERROR] * 4  # every result reached the callbacks before the stop
+    assert "4 invalid program" in measurer.summary()
+    measurer.measure(task, [states[4]])  # a success resets the run of errors
+    assert measurer.consecutive_errors == 0

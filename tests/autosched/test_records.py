@@ -1,0 +1,224 @@
+"""Tuning records: the log format, reading damaged logs, best and distilled records,
+re-applying the best program under ``apply_history_best``, and resuming a measurement
+loop killed with SIGKILL midway."""
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import ir
+from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, ProgramMeasurer,
+                       RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best, best_record,
+                       best_records, distill_records, load_records, read_records)
+
+# the measurement loop of the SIGKILL test; also imported here for the same task and states
+LOOP = textwrap.dedent('''
+    import sys, time
+    import ir, autosched
+
+    def make():
+        a = ir.placeholder((24, 24), name="A")
+        b = ir.placeholder((24, 24), name="B")
+        k = ir.reduce_axis(24, name="k")
+        c = ir.compute((24, 24), lambda i, j: ir.sum(a[i, k] * b[k, j], axis=k), name="C")
+        dag = ir.ComputeDAG([a, b, c])
+        task = ir.SearchTask(dag, layout_rewrite=False, desc="resume-test")
+        s0 = dag.init_state()
+        states = [s0.split("C", "i", [f]).split("C", "j", [g]) for f in (2, 3, 4, 6) for g in (2, 4, 8)]
+        return task, states
+
+    def measurer(log):
+        return autosched.ProgramMeasurer(autosched.LocalBuilder(timeout=20, n_parallel=1),
+                                         autosched.LocalRunner(timeout=20, min_repeat_ms=1, repeat=3),
+                                         log_file=log)
+
+    if __name__ == "__main__":
+        task, states = make()
+        m = measurer(sys.argv[1])
+        for i in range(0, len(states), 2):      # rounds of two programs, some search time between
+            m.measure(task, states[i:i + 2])
+            time.sleep(0.3)
+''')
+
+
+def matmul_dag(n=16, constant_b=False):
+    a = ir.placeholder((n, n), name="A")
+    b = ir.placeholder((n, n), name="B", constant=constant_b)
+    k = ir.reduce_axis(n, name="k")
+    c = ir.compute((n, n), lambda i, j: ir.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return ir.ComputeDAG([a, b, c])
+
+
+def record(task, state, cost, error_no=0, timestamp=1.0):
+    res = (MeasureResult((cost, cost), timestamp=timestamp) if error_no == 0
+           else MeasureResult.failed(error_no, "boom"))
+    return TuningRecord.from_measure(MeasureInput(task, state), res)
+
+
+@pytest.fixture()
+def task():
+    return ir.SearchTask(matmul_dag(), layout_rewrite=False, desc="mm16")
+
+
+def tiled(dag, f):
+    return dag.init_state().split("C", "i", [f])
+
+
+# the format ------------------------------------------------------------------------------
+
+def test_record_round_trip_and_replay(task, tmp_path):
+    state = tiled(task.dag, 4).parallel("C", "i.0")
+    rec = record(task, state, 2e-6)
+    line = rec.to_json()
+    d = json.loads(line)
+    assert d["v"] == 1 and d["workload_key"] == task.workload_key and d["target"] == task.target
+    assert d["steps"] == [s.record() for s in state.steps] and d["costs"] == [2e-6, 2e-6]
+    assert d["error_no"] == 0 and d["desc"] == "mm16" and d["hardware"]["num_cores"] == os.cpu_count()
+    again = TuningRecord.from_json(line)
+    assert again == rec and again.mean_cost == 2e-6
+    assert str(again.state(task.dag)) == str(state)
+    with pytest.raises(ValueError, match="the record is of workload"):
+        again.state(matmul_dag(8))
+
+
+def test_reading_skips_comments_a_truncated_last_line_and_newer_formats(task, tmp_path):
+    path = tmp_path / "log.jsonl"
+    recs = [record(task, tiled(task.dag, f), 1e-6 * f) for f in (2, 4)]
+    newer = json.dumps({**recs[0].to_dict(), "v": 99})
+    path.write_text("# a comment\n\n" + recs[0].to_json() + "\n" + newer + "\n" + recs[1].to_json() + "\n"
+                    + recs[1].to_json()[:40])
+    with pytest.warns(RuntimeWarning) as caught:
+        got = read_records(path)
+    assert got == recs
+    text = " | ".join(str(w.message) for w in caught)
+    assert "last line is truncated" in text and "line 4: record format version 99" in text
+    with pytest.warns(RuntimeWarning):
+        by_key = load_records(path)
+    assert list(by_key) == [task.workload_key] and by_key[task.workload_key] == recs
+
+
+def test_record_to_file_cuts_a_truncated_tail_before_appending(task, tmp_path):
+    path = tmp_path / "log.jsonl"
+    first = record(task, tiled(task.dag, 2), 1e-6)
+    path.write_text(first.to_json() + "\n" + first.to_json()[:25])
+    writer = RecordToFile(path)
+    second = record(task, tiled(task.dag, 4), 2e-6)
+    with pytest.warns(RuntimeWarning, match="cut a truncated last line"):
+        writer.write(second)
+    writer.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_records(path) == [first, second]
+
+
+def test_best_and_distilled_records(task, tmp_path):
+    other = ir.SearchTask(matmul_dag(8), desc="mm8")
+    recs = [record(task, tiled(task.dag, 2), 3e-6), record(task, tiled(task.dag, 4), 1e-6),
+            record(task, tiled(task.dag, 8), 0.0, error_no=MeasureErrorNo.RUNTIME_DEVICE),
+            record(task, tiled(task.dag, 4), 1.5e-6),  # the same program again, slower
+            record(task, tiled(task.dag, 16), 2e-6), record(other, tiled(other.dag, 2), 5e-7)]
+    src = tmp_path / "log.jsonl"
+    src.write_text("".join(r.to_json() + "\n" for r in recs))
+    best = best_records(src)
+    assert best[task.workload_key] == [recs[1]] and best[other.workload_key] == [recs[5]]
+    assert best_record(src, task.dag) == recs[1] and best_record(src, "nope") is None
+    assert best_records(src, top=3)[task.workload_key] == [recs[1], recs[4], recs[0]]  # one entry per program
+    assert best_records(src, target="llvm -mcpu=other") == {}
+    dst = tmp_path / "best.jsonl"
+    assert distill_records(src, dst, top=2) == 3
+    assert dst.read_text().startswith("# distilled by autosched")
+    assert sorted(r.mean_cost for r in read_records(dst)) == [5e-7, 1e-6, 2e-6]
+
+
+# re-applying the best --------------------------------------------------------------------
+
+def test_apply_history_best_builds_the_best_program_with_its_layout(tmp_path):
+    dag = matmul_dag(32, constant_b=True)
+    task = ir.SearchTask(dag, layout_rewrite=True, desc="packed")
+    best = dag.init_state().split("C", "j", [8]).reorder("C", ["j.0", "i", "k", "j.1"]).vectorize("C", "j.1")
+    path = tmp_path / "log.jsonl"
+    path.write_text(record(task, tiled(dag, 2), 5e-6).to_json() + "\n" + record(task, best, 1e-6).to_json() + "\n")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((32, 32), dtype=np.float32), rng.standard_normal((32, 32), dtype=np.float32)
+    c = np.zeros((32, 32), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with apply_history_best(path) as history:
+            kernel = ir.build(dag)
+    assert history.applied == [task.workload_key] and history.fallbacks == []
+    assert str(kernel.state) == str(best) and "B" in kernel.layouts  # recorded with layout rewrite
+    with pytest.raises(ValueError, match="layout-rewritten constant"):
+        kernel(a, b, c)
+    kernel(a, kernel.pack("B", b), c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    assert str(ir.build(dag).state) == str(dag.init_state())  # outside the block: naive again
+
+
+def test_apply_history_best_warns_loudly_for_a_workload_without_records(task, tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text(record(task, tiled(task.dag, 4), 1e-6).to_json() + "\n")
+    unknown = matmul_dag(12)
+    with apply_history_best(path) as history:
+        with pytest.warns(UntunedWorkloadWarning, match=f"no tuning record .*workload {unknown.workload_key()} "
+                                                        r"\(outputs C\[12, 12\]\).*UNTUNED"):
+            kernel = ir.build(unknown)
+        assert str(ir.build(task.dag).state) == str(tiled(task.dag, 4))
+    assert str(kernel.state) == str(unknown.init_state()) and history.fallbacks == [unknown.workload_key()]
+    with apply_history_best(path, target="llvm -mcpu=elsewhere"):
+        with pytest.warns(UntunedWorkloadWarning, match="there are records for"):
+            ir.build(task.dag)
+
+
+# resuming after SIGKILL ------------------------------------------------------------------
+
+def test_a_loop_killed_with_sigkill_resumes_from_its_log(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    log = tmp_path / "tune.jsonl"
+    child = subprocess.Popen([sys.executable, str(script), str(log)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and child.poll() is None:
+            if log.exists() and log.read_text().count("\n") >= 5:
+                break
+            time.sleep(0.02)
+        assert child.poll() is None, child.stdout.read().decode()
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the kill may land mid-line
+        before = read_records(log)
+    loop = runpy.run_path(str(script))
+    task, states = loop["make"]()
+    assert 5 <= len(before) < len(states), "the kill should land midway"
+    assert all(r.ok for r in before)
+    keys_before = [r.program for r in before]
+    assert len(set(keys_before)) == len(keys_before)  # nothing measured twice before the kill
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = loop["measurer"](str(log))
+    try:
+        assert m.n_loaded == len(before) and all(m.has_measured(task, s) for s in states[:len(before)])
+        results = []
+        for i in range(0, len(states), 2):
+            results += m.measure(task, states[i:i + 2])
+        assert m.n_measured == len(states) - len(before)  # only what the killed run had not measured
+        assert all(r.ok for r in results)
+    finally:
+        m.close()
+    after = read_records(log)
+    assert after[:len(before)] == before  # nothing recorded before the kill is lost
+    assert sorted(r.program for r in after) == sorted(MeasureInput(task, s).program_key() for s in states)
+    assert m.best_cost(task) == min(r.mean_cost for r in after)
