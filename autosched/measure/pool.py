@@ -173,6 +173,7 @@ class WorkerPool(Executor):
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._shutdown = False
+        self._broken = ""
         self._thread: threading.Thread | None = None
         _live_pools.add(self)
 
@@ -189,8 +190,8 @@ class WorkerPool(Executor):
             raise TypeError(f"WorkerPool.submit: cannot send {getattr(fn, '__name__', fn)!r} and its "
                             f"arguments to a worker process: {err}") from err
         with self._lock:
-            if self._shutdown:
-                raise RuntimeError("cannot submit to a WorkerPool after shutdown")
+            if self._shutdown or self._broken:
+                raise RuntimeError(self._broken or "cannot submit to a WorkerPool after shutdown")
             self._pending.append(_Task(future, payload, timeout))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=f"{self.name}-dispatch", daemon=True)
@@ -225,19 +226,25 @@ class WorkerPool(Executor):
 
     def _loop(self) -> None:
         try:
-            while True:
-                with self._lock:
-                    self._drop_cancelled()
-                    busy = sum(w.state == "busy" for w in self._workers)
-                    if self._shutdown and not self._pending and busy == 0:
-                        break
-                    want = min(self.max_workers, busy + len(self._pending))
-                    while len(self._workers) < want:
-                        self._start_worker()
-                    self._dispatch()
-                self._wait_and_handle()
+            self._serve()
+        except BaseException as err:  # a bug here must not leave callers waiting forever
+            self._broken = f"the WorkerPool's dispatcher failed: {type(err).__name__}: {err}"
+            raise
         finally:
             self._close_all()
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                self._drop_cancelled()
+                busy = sum(w.state == "busy" for w in self._workers)
+                if self._shutdown and not self._pending and busy == 0:
+                    return
+                want = min(self.max_workers, busy + len(self._pending))
+                while len(self._workers) < want:
+                    self._start_worker()
+                self._dispatch()
+            self._wait_and_handle()
 
     def _start_worker(self) -> None:
         try:
