@@ -49,6 +49,12 @@ class Loops:
     axis_values: tuple[E.Expr, ...]
     #: conditions for an iteration to be real (from splits that do not divide)
     guards: tuple[E.Expr, ...]
+    #: ids of the loop variables each axis value uses (so a split touches only its own)
+    deps: tuple[frozenset, ...] = ()
+
+
+def _var_ids(e: E.Expr) -> frozenset:
+    return frozenset(id(n) for n in E.walk(e) if isinstance(n, E.Var))
 
 
 def root_loops(names, kinds, extents, starts) -> Loops:
@@ -57,25 +63,25 @@ def root_loops(names, kinds, extents, starts) -> Loops:
         var = E.Var(name)
         iters.append(Iterator(name, extent, kind, var))
         values.append(var if start is None else E.Binary("+", start, var))
-    return Loops(tuple(iters), tuple(values), ())
+    return Loops(tuple(iters), tuple(values), (), tuple(_var_ids(v) for v in values))
 
 
 def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_guards=()) -> Loops:
     bounds = {it.var: (0, it.extent - 1) for it in iters}
     simplify = Simplifier(bounds)
-    replaced = {id(k) for k in mapping}
-
-    def update(e: E.Expr) -> E.Expr:
-        # only expressions of the replaced loops change (most axis values do not)
-        if not any(id(n) in replaced for n in E.walk(e) if isinstance(n, E.Var)):
-            return e
-        return simplify(E.substitute(e, mapping))
-
-    values = tuple(update(v) for v in loops.axis_values)
-    guards = [update(g) for g in loops.guards] + [simplify(g) for g in new_guards]
+    replaced = frozenset(id(k) for k in mapping)
+    values, deps = [], []
+    for value, used in zip(loops.axis_values, loops.deps):
+        if used & replaced:  # only the values of the replaced loops change
+            value = simplify(E.substitute(value, mapping))
+            used = _var_ids(value)
+        values.append(value)
+        deps.append(used)
+    guards = [simplify(E.substitute(g, mapping)) if _var_ids(g) & replaced else g for g in loops.guards]
+    guards += [simplify(g) for g in new_guards]
     guards = tuple(g for g in guards if not (isinstance(g, E.Const) and g.value))
     check(not any(isinstance(g, E.Const) for g in guards), "a split leaves no valid iteration")
-    return Loops(iters, values, guards)
+    return Loops(iters, tuple(values), guards, tuple(deps))
 
 
 def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
@@ -137,7 +143,7 @@ def reorder(loops: Loops, order) -> Loops:
     order = list(order)
     check(sorted(order) == list(range(len(loops.iters))),
           f"reorder: order must be a permutation of 0..{len(loops.iters) - 1}, got {order}")
-    return Loops(tuple(loops.iters[i] for i in order), loops.axis_values, loops.guards)
+    return Loops(tuple(loops.iters[i] for i in order), loops.axis_values, loops.guards, loops.deps)
 
 
 #: GPU thread bindings are annotations too (the GPU sketch rules produce them; CPU code
@@ -158,7 +164,7 @@ def annotate(loops: Loops, iter_id: int, annotation: str) -> Loops:
               "(a horizontal reduction); reorder it inside first")
     iters = list(loops.iters)
     iters[iter_id] = Iterator(it.name, it.extent, it.kind, it.var, annotation)
-    return Loops(tuple(iters), loops.axis_values, loops.guards)
+    return Loops(tuple(iters), loops.axis_values, loops.guards, loops.deps)
 
 
 def apply(loops: Loops, t: LoopTransform) -> Loops:

@@ -77,15 +77,52 @@ class Stage:
                           f"its iterators are {[i.name for i in self.iters]}")
 
     def with_transform(self, t: LoopTransform) -> "Stage":
-        return replace(self, loops=L.apply(self.loops, t), transforms=self.transforms + (t,))
+        return replace(self, loops=_LOOP_MEMO.apply(self.loops, t), transforms=self.transforms + (t,))
 
     def with_root(self, extents, starts, region_guards=()) -> "Stage":
         """Re-derive the loops over new root extents/starts, replaying the transforms."""
-        loops = L.root_loops([a.name for a in self.all_axes], [a.kind for a in self.all_axes], extents, starts)
+        loops = _LOOP_MEMO.root(self, tuple(extents), tuple(starts))
         for t in self.transforms:
-            loops = L.apply(loops, t)
+            loops = _LOOP_MEMO.apply(loops, t)
         return replace(self, root_extents=tuple(extents), root_starts=tuple(starts), loops=loops,
                        region_guards=tuple(region_guards))
+
+
+class _LoopMemo:
+    """Loops derived once and shared: programs of one sketch differ in a few tile lengths,
+    so most of a replay derives loops some other program already derived. Loops are
+    immutable, so sharing them (and their loop variables) between States is safe. Entries
+    keep their key objects alive, so the ids in the keys stay theirs."""
+
+    def __init__(self, limit: int = 200_000):
+        self.limit = limit
+        self.entries: dict = {}
+
+    def _put(self, key, keep, value):
+        if len(self.entries) >= self.limit:
+            self.entries.clear()
+        self.entries[key] = (keep, value)
+        return value
+
+    def apply(self, loops: Loops, t: LoopTransform) -> Loops:
+        key = (id(loops), t)
+        hit = self.entries.get(key)
+        if hit is not None and hit[0] is loops:
+            return hit[1]
+        return self._put(key, loops, L.apply(loops, t))
+
+    def root(self, stage: "Stage", extents: tuple, starts: tuple) -> Loops:
+        from .simplify import structural_key
+        key = ("root", id(stage.op), extents, tuple(None if s is None else structural_key(s) for s in starts))
+        hit = self.entries.get(key)
+        if hit is not None and hit[0][0] is stage.op:
+            return hit[1]
+        axes = stage.all_axes
+        loops = L.root_loops([a.name for a in axes], [a.kind for a in axes], extents, starts)
+        return self._put(key, (stage.op, starts), loops)
+
+
+_LOOP_MEMO = _LoopMemo()
 
 
 def make_stage(op: Operation, body=None, axes=None, reduce_axes=None, origin: str = "op") -> Stage:
@@ -120,7 +157,13 @@ class State:
 
     @classmethod
     def initial(cls, dag) -> "State":
-        return cls(dag, tuple(make_stage(op) for op in dag.ops), ())
+        """The naive program; one shared instance per DAG (States are immutable), so that
+        replays start from the same stage objects and share derived loops."""
+        cached = getattr(dag, "_initial_state", None)
+        if cached is None:
+            cached = cls(dag, tuple(make_stage(op) for op in dag.ops), ())
+            dag._initial_state = cached
+        return cached
 
     @property
     def stages(self) -> tuple[Stage, ...]:

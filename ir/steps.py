@@ -17,7 +17,7 @@ Checklist for adding a step:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from . import expr as E
@@ -41,14 +41,14 @@ class Step:
         raise NotImplementedError
 
     def record(self) -> list:
-        return [self.TAG] + [_to_json(getattr(self, f.name)) for f in fields(self)]
+        return [self.TAG] + [_to_json(getattr(self, f.name)) for f in _recorded(type(self))]
 
     @classmethod
     def from_record(cls, rec) -> "Step":
         step_cls = STEP_TYPES.get(rec[0]) if rec else None
         if step_cls is None:
             raise ValueError(f"unknown step record {rec!r}; known tags are {sorted(STEP_TYPES)}")
-        names = [f.name for f in fields(step_cls)]
+        names = [f.name for f in _recorded(step_cls)]
         if len(rec) - 1 != len(names):
             raise ValueError(f"step record {rec!r} has {len(rec) - 1} fields, {rec[0]} expects {names}")
         return step_cls(*[_from_json(v) for v in rec[1:]])
@@ -56,6 +56,11 @@ class Step:
     def __str__(self) -> str:
         args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
         return f"{type(self).__name__}({args})"
+
+
+def _recorded(step_cls) -> list:
+    """The fields that make a step's record (derived ones, filled in by ``apply``, are not)."""
+    return [f for f in fields(step_cls) if f.metadata.get("record", True)]
 
 
 def _to_json(v):
@@ -122,12 +127,17 @@ class SplitStep(Step):
     iter_id: int
     lengths: tuple
     inner_to_outer: bool = True
+    #: the split loop's extent when the step was applied (derived: not part of the record);
+    #: tile-size mutation moves factors between the parts of this extent
+    extent: int | None = field(default=None, compare=False, metadata={"record": False})
 
     def apply(self, state):
-        _compute_stage(state, self.stage_id, "split")
+        st = _compute_stage(state, self.stage_id, "split")
         check(len(self.lengths) >= 1, "split: needs at least one length")
+        extent = st.iters[self.iter_id].extent if 0 <= self.iter_id < len(st.iters) else None
+        step = self if extent == self.extent else replace(self, extent=extent)
         return _loop_change(state, self.stage_id,
-                            LoopTransform("split", (self.iter_id, tuple(self.lengths), self.inner_to_outer)), self)
+                            LoopTransform("split", (self.iter_id, tuple(self.lengths), self.inner_to_outer)), step)
 
     def __str__(self):
         return f"split(stage={self.stage_id}, iter={self.iter_id}, lengths={list(self.lengths)}, " \

@@ -84,13 +84,13 @@ class ChangeComputeLocation(InitRule):
             if not st.reduce_axes and A.is_strict_inlinable(state, stage_id) and not state.attached_to(stage_id):
                 choices.append("inline")
             choices.extend(compute_location_candidates(state, stage_id))
+            # every choice is a step (even "stay at root"): the decision is recorded and mutable
             choice = choices[int(rng.integers(len(choices)))]
             if choice == "root":
-                if st.compute_at != "root":
-                    state = state.compute_root(stage_id)
+                state = state.compute_root(stage_id)
             elif choice == "inline":
                 state = state.compute_inline(stage_id)
-            elif st.attach != choice:
+            else:
                 state = state.compute_at(stage_id, choice[0], choice[1])
         return state
 
@@ -163,9 +163,8 @@ class Unroll(InitRule):
         for stage_id, st in enumerate(state.stages):
             if st.is_placeholder or st.compute_at == "inline" or not any(it.kind == "reduce" for it in st.iters):
                 continue
-            value = choices[int(rng.integers(len(choices)))]
-            if value:
-                state = state.pragma_auto_unroll(stage_id, value)
+            # recorded even when 0, so that the decision is in the log and mutation can change it
+            state = state.pragma_auto_unroll(stage_id, choices[int(rng.integers(len(choices)))])
         return state
 
 

@@ -1,0 +1,94 @@
+"""A program's genes are its transform steps: helpers to rebuild a program from edited
+steps and to tell the steps of the sketch from the random annotation's decisions."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import ir
+from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FuseStep, PragmaStep,
+                      SplitStep, Step)
+
+
+def replay(dag, steps: Sequence[Step]) -> ir.State | None:
+    """The program made by ``steps`` on the naive program of ``dag``; None if a step does
+    not apply (the edit made it invalid)."""
+    state = ir.State.initial(dag)
+    try:
+        for step in steps:
+            state = step.apply(state)
+        state.stages  # settle the regions: an invalid attachment shows here
+    except (ir.InvalidStep, ValueError, KeyError, IndexError):
+        return None
+    return state
+
+
+def with_step(state: ir.State, index: int, step: Step | None) -> ir.State | None:
+    """``state`` rebuilt with step ``index`` replaced (or removed, for None)."""
+    steps = list(state.steps)
+    if step is None:
+        del steps[index]
+    else:
+        steps[index] = step
+    return replay(state.dag, steps)
+
+
+def split_parts(step: SplitStep) -> list[int] | None:
+    """All tile lengths of a split, outermost first (the derived one included), or None
+    when its extent is unknown or its lengths are not exact."""
+    if step.extent is None or any(x is None for x in step.lengths):
+        return None
+    prod = 1
+    for x in step.lengths:
+        prod *= x
+    if step.extent % prod:
+        return None
+    rest = step.extent // prod
+    return [rest] + list(step.lengths) if step.inner_to_outer else list(step.lengths) + [rest]
+
+
+def lengths_from_parts(step: SplitStep, parts: list[int]) -> tuple:
+    return tuple(parts[1:]) if step.inner_to_outer else tuple(parts[:-1])
+
+
+#: the phase of the random annotation a decision step belongs to (Ansor's init rules)
+PHASE_LOCATION, PHASE_PARALLEL, PHASE_UNROLL, PHASE_VECTORIZE = range(4)
+
+
+def decision_phase(step: Step, state: ir.State) -> int:
+    """Which random-annotation rule made a step after the sketch (for crossover's merge)."""
+    if isinstance(step, (ComputeAtStep, ComputeRootStep, ComputeInlineStep)):
+        return PHASE_LOCATION
+    if isinstance(step, PragmaStep):
+        return PHASE_UNROLL
+    if isinstance(step, AnnotationStep):
+        return PHASE_PARALLEL if step.annotation == "parallel" else PHASE_VECTORIZE
+    if isinstance(step, FuseStep):
+        # a fuse belongs to the annotation that follows it on the same stage
+        steps = state.steps
+        at = next(i for i, s in enumerate(steps) if s is step)
+        for later in steps[at + 1:]:
+            if isinstance(later, AnnotationStep) and later.stage_id == step.stage_id:
+                return PHASE_PARALLEL if later.annotation == "parallel" else PHASE_VECTORIZE
+        return PHASE_VECTORIZE
+    return PHASE_LOCATION
+
+
+def sketch_length(state: ir.State, sketches: Sequence[ir.State]) -> tuple[int, int] | None:
+    """(index of the sketch ``state`` was sampled from, number of its steps): the steps
+    before that are the sketch's (tile lengths aside), the rest are decisions."""
+    for k, sketch in enumerate(sketches):
+        n = len(sketch.steps)
+        if len(state.steps) < n:
+            continue
+        if all(_same_shape(a, b) for a, b in zip(sketch.steps, state.steps[:n])):
+            return k, n
+    return None
+
+
+def _same_shape(a: Step, b: Step) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, SplitStep):
+        return (a.stage_id, a.iter_id, len(a.lengths), a.inner_to_outer) == \
+               (b.stage_id, b.iter_id, len(b.lengths), b.inner_to_outer)
+    return a == b

@@ -1,0 +1,221 @@
+"""The mutations of Ansor's evolutionary search (5.1), each rewriting one kind of decision
+of a program and rebuilding it from its steps; None when the edit is not valid.
+
+- tile size: move a factor from one tile level of a split to another (product kept);
+- parallel granularity: fuse more or fewer outer loops into the parallel loop;
+- pragma: another ``auto_unroll_max_step``;
+- compute location: another valid place for a stage that is not multi-level tiled;
+- (option, OpEvo) tile size by a q-random walk: move along the topology of factorisations,
+  one prime factor at a time, several steps with probability q each.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+import ir
+from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FuseStep, PragmaStep,
+                      SplitStep)
+from sketch_rules import analysis as A
+from sketch_rules.annotation import AUTO_UNROLL_CHOICES_CPU, compute_location_candidates
+
+from .genes import lengths_from_parts, replay, split_parts, with_step
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return out
+
+
+def _tunable_splits(state: ir.State) -> list[int]:
+    return [i for i, s in enumerate(state.steps)
+            if isinstance(s, SplitStep) and split_parts(s) is not None and len(split_parts(s)) > 1]
+
+
+def mutate_tile_size(state: ir.State, rng: np.random.Generator, max_innermost: int = 64) -> ir.State | None:
+    """Divide one tile level of a random split by a random divisor and multiply another
+    level by it (Ansor's tile size mutation): the product, so validity, is kept."""
+    candidates = _tunable_splits(state)
+    if not candidates:
+        return None
+    for _ in range(8):
+        index = candidates[int(rng.integers(len(candidates)))]
+        step = state.steps[index]
+        parts = split_parts(step)
+        src_choices = [i for i, p in enumerate(parts) if p > 1]
+        if not src_choices:
+            continue
+        src = src_choices[int(rng.integers(len(src_choices)))]
+        dst = int(rng.integers(len(parts) - 1))
+        dst = dst if dst < src else dst + 1
+        divisors = _divisors(parts[src])
+        factor = divisors[int(rng.integers(len(divisors)))]
+        new = list(parts)
+        new[src] //= factor
+        new[dst] *= factor
+        if new[-1] > max_innermost:
+            continue
+        return with_step(state, index, replace(step, lengths=lengths_from_parts(step, new)))
+    return None
+
+
+def mutate_tile_size_random_walk(state: ir.State, rng: np.random.Generator, q: float = 0.5,
+                                 max_innermost: int = 64) -> ir.State | None:
+    """OpEvo's q-random walk on the topology of factorisations: neighbours differ by one
+    prime factor moved between two levels; keep walking with probability ``q``, so that
+    near factorisations are likelier than far ones."""
+    candidates = _tunable_splits(state)
+    if not candidates:
+        return None
+    index = candidates[int(rng.integers(len(candidates)))]
+    step = state.steps[index]
+    parts = split_parts(step)
+    moved = False
+    while True:
+        movable = [i for i, p in enumerate(parts) if p > 1]
+        if not movable:
+            break
+        src = movable[int(rng.integers(len(movable)))]
+        primes = _prime_factors(parts[src])
+        prime = primes[int(rng.integers(len(primes)))]
+        dst = int(rng.integers(len(parts) - 1))
+        dst = dst if dst < src else dst + 1
+        if dst == len(parts) - 1 and parts[dst] * prime > max_innermost:
+            break
+        parts = list(parts)
+        parts[src] //= prime
+        parts[dst] *= prime
+        moved = True
+        if rng.random() >= q:
+            break
+    if not moved:
+        return None
+    return with_step(state, index, replace(step, lengths=lengths_from_parts(step, parts)))
+
+
+def mutate_auto_unroll(state: ir.State, rng: np.random.Generator,
+                       choices=AUTO_UNROLL_CHOICES_CPU) -> ir.State | None:
+    """Another ``auto_unroll_max_step`` for a random stage that has one."""
+    candidates = [i for i, s in enumerate(state.steps) if isinstance(s, PragmaStep)]
+    if not candidates:
+        return None
+    index = candidates[int(rng.integers(len(candidates)))]
+    step = state.steps[index]
+    others = [c for c in choices if c != step.auto_unroll_max_step]
+    return with_step(state, index, replace(step, auto_unroll_max_step=others[int(rng.integers(len(others)))]))
+
+
+def mutate_parallel(state: ir.State, rng: np.random.Generator) -> ir.State | None:
+    """Change how many outer loops are fused into a parallel loop; later steps on that
+    stage are renumbered for the new loop count (where Ansor's release gave up)."""
+    annotations = [i for i, s in enumerate(state.steps)
+                   if isinstance(s, AnnotationStep) and s.annotation == "parallel"]
+    if not annotations:
+        return None
+    at = annotations[int(rng.integers(len(annotations)))]
+    ann = state.steps[at]
+    fuse_at = at - 1 if at > 0 and isinstance(state.steps[at - 1], FuseStep) and \
+        state.steps[at - 1].stage_id == ann.stage_id and state.steps[at - 1].iter_ids[0] == ann.iter_id else None
+    old_n = len(state.steps[fuse_at].iter_ids) if fuse_at is not None else 1
+    before = replay(state.dag, state.steps[:fuse_at if fuse_at is not None else at])
+    if before is None:
+        return None
+    st = before.stages[ann.stage_id]
+    limit = 0
+    attach_points = {before.stages[c].attach[1] for c in before.attached_to(ann.stage_id)}
+    for pos in range(ann.iter_id, len(st.iters)):
+        if st.iters[pos].kind != "space" or st.iters[pos].annotation != "none":
+            break
+        limit += 1
+        if pos in attach_points:
+            break
+    options = [n for n in range(1, limit + 1) if n != old_n]
+    if not options:
+        return None
+    new_n = options[int(rng.integers(len(options)))]
+    steps = list(state.steps[:fuse_at if fuse_at is not None else at])
+    if new_n > 1:
+        steps.append(FuseStep(ann.stage_id, tuple(range(ann.iter_id, ann.iter_id + new_n))))
+    steps.append(ann)
+    shift = old_n - new_n  # loops of this stage after the parallel one move by this
+    for later in state.steps[at + 1:]:
+        steps.append(_shift_iters(later, ann.stage_id, ann.iter_id + 1, shift))
+    return replay(state.dag, steps)
+
+
+def _shift_iters(step, stage_id: int, first: int, shift: int):
+    """A step on ``stage_id`` naming loops at index >= ``first`` renumbered by ``shift``."""
+    if shift == 0:
+        return step
+
+    def move(i: int) -> int:
+        return i + shift if i >= first else i
+
+    if isinstance(step, (SplitStep, AnnotationStep)) and step.stage_id == stage_id:
+        return replace(step, iter_id=move(step.iter_id))
+    if isinstance(step, FuseStep) and step.stage_id == stage_id:
+        return replace(step, iter_ids=tuple(move(i) for i in step.iter_ids))
+    if isinstance(step, ComputeAtStep) and step.target_stage_id == stage_id:
+        return replace(step, target_iter_id=move(step.target_iter_id))
+    return step
+
+
+def mutate_compute_location(state: ir.State, rng: np.random.Generator) -> ir.State | None:
+    """Move a stage that is not multi-level tiled (padding, an rfactor stage...) to another
+    valid location: root, inline (no reduction) or a loop of its consumer."""
+    steps = state.steps
+    candidates = [i for i, s in enumerate(steps)
+                  if isinstance(s, (ComputeAtStep, ComputeRootStep, ComputeInlineStep))
+                  and not A.is_tiled(state, s.stage_id)
+                  and state.stages[s.stage_id].origin != "cache_write"]
+    if not candidates:
+        return None
+    index = candidates[int(rng.integers(len(candidates)))]
+    step = steps[index]
+    before = replay(state.dag, steps[:index])
+    if before is None:
+        return None
+    sid = step.stage_id
+    options: list = [ComputeRootStep(sid)]
+    if not before.stages[sid].reduce_axes and A.is_strict_inlinable(before, sid) and not before.attached_to(sid):
+        options.append(ComputeInlineStep(sid))
+    options.extend(ComputeAtStep(sid, t, p) for t, p in compute_location_candidates(before, sid))
+    options = [o for o in options if o != step]
+    if not options:
+        return None
+    return with_step(state, index, options[int(rng.integers(len(options)))])
+
+
+#: Ansor's CPU mutation weights (REFERENCE.md)
+CPU_MUTATION_WEIGHTS = {"tile_size": 0.90, "auto_unroll": 0.04, "compute_location": 0.05, "parallel": 0.01}
+
+
+def mutate(state: ir.State, rng: np.random.Generator, weights=None, random_walk_q: float | None = None,
+           max_innermost: int = 64) -> ir.State | None:
+    """One mutation, its kind drawn by ``weights``; ``random_walk_q`` switches tile size
+    mutation to OpEvo's q-random walk."""
+    weights = weights or CPU_MUTATION_WEIGHTS
+    kinds = list(weights)
+    p = np.array([weights[k] for k in kinds], dtype=float)
+    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+    if kind == "tile_size":
+        if random_walk_q is not None:
+            return mutate_tile_size_random_walk(state, rng, random_walk_q, max_innermost)
+        return mutate_tile_size(state, rng, max_innermost)
+    if kind == "auto_unroll":
+        return mutate_auto_unroll(state, rng)
+    if kind == "compute_location":
+        return mutate_compute_location(state, rng)
+    return mutate_parallel(state, rng)
