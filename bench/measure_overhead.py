@@ -95,6 +95,7 @@ def bench_kernel(n: int, n_programs: int, measurer: ProgramMeasurer, comparison:
     per_prog_wall = wall / len(programs)
     kernel_time = statistics.fmean(r.kernel_time for r in results)
     build_time = statistics.fmean(r.build_time for r in results)
+    run_overhead = statistics.fmean(r.run_time - r.kernel_time for r in results)
     overhead = per_prog_wall - kernel_time
     cost = statistics.median(r.mean_cost for r in truth)
     repeats = statistics.fmean(r.repeats for r in ada)
@@ -111,12 +112,13 @@ def bench_kernel(n: int, n_programs: int, measurer: ProgramMeasurer, comparison:
     torch_gf = common.gflops(flops, common.time_torch(lambda x, y: x @ y, a, b))
     ours_gf = common.gflops(flops, best)
     table.add(task.desc, len(programs), 1e6 * cost, 1e3 * per_prog_wall, 1e3 * kernel_time, 1e3 * overhead,
-              1e3 * build_time, f"{repeats:.1f}/{repeat}", f"{100 * saved:.0f}%", f"{100 * ada_err:.2f}%",
+              1e3 * build_time, 1e3 * run_overhead, f"{repeats:.1f}/{repeat}", f"{100 * saved:.0f}%", f"{100 * ada_err:.2f}%",
               f"{100 * ada_max:.2f}%", f"{100 * fix_err:.2f}%", ours_gf, numpy_gf, torch_gf)
     rows.append(common.json_row(
         task.desc, ours_gf, numpy_gf, torch_gf, programs=len(programs), kernel_ms=1e3 * cost,
         wall_ms_per_program=1e3 * per_prog_wall, kernel_ms_per_program=1e3 * kernel_time,
         overhead_ms_per_program=1e3 * overhead, build_ms_per_program=1e3 * build_time,
+        runner_overhead_ms_per_program=1e3 * run_overhead,
         adaptive_repeats=repeats, max_repeats=repeat, repeats_saved_fraction=saved,
         adaptive_rel_error=ada_err, adaptive_max_rel_error=ada_max, fixed_rel_error=fix_err, long_repeats=long,
         min_repeat_ms=min_repeat_ms))
@@ -131,7 +133,7 @@ def main(argv=None) -> None:
     else:
         sizes, n_programs, repeat, long, min_ms = (64, 512), 8, 10, 30, 40.0
     table = common.Table(["workload", "programs", "kernel us", "wall/prog ms", "in kernel ms", "harness ms",
-                          "build ms", "repeats", "saved", "adaptive err", "max err", "fixed err", "ours GFLOPS",
+                          "build ms", "runner ms", "repeats", "saved", "adaptive err", "max err", "fixed err", "ours GFLOPS",
                           "numpy GFLOPS", "torch GFLOPS"])
     rows: list = []
     with tempfile.TemporaryDirectory() as tmp, \
@@ -146,8 +148,10 @@ def main(argv=None) -> None:
         print(f"# measurement overhead: {os.cpu_count()} cores; adaptive timing: CV < 5%, at most {repeat} repeats "
               f"of >= {min_ms:g} ms; truth: {long} fixed repeats\n")
         table.print()
-        print("\n# harness = wall time per measured program - time inside the kernel (builds run in parallel, "
-              "one per core)\n# err = mean |mean cost - long measurement| / long measurement")
+        print("\n# harness = wall time per measured program - time inside the kernel; build = compile time of one "
+              "program in a builder\n# (builds run in parallel, one per core); runner = the runner's own time per "
+              "program (load, check, bookkeeping)\n# err = mean |mean cost - long measurement| / long measurement; "
+              "fixed err = the same for a fixed-repeat measurement")
     common.emit_json("measure_overhead", rows)
 
 
