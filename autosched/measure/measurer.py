@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 
 from .builder import LocalBuilder
@@ -38,8 +39,18 @@ class _Workload:
     measured: int = 0                                 # measured in this session
 
 
+_task_ids: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _task_id(task) -> tuple[str, str]:
-    return task.workload_key, str(task.target)
+    """(workload key, target), computed once per task object."""
+    try:
+        got = _task_ids.get(task)
+    except TypeError:  # not weak-referenceable
+        return task.workload_key, str(task.target)
+    if got is None:
+        got = _task_ids[task] = (task.workload_key, str(task.target))
+    return got
 
 
 class ProgramMeasurer:
