@@ -1,0 +1,11 @@
+"""The search: program features, cost models (and, next, mutations, crossover and the
+evolutionary search policy of one task)."""
+from .features import (FEATURES, FEATURE_NAMES, N_FEATURES, FeatureExtractor, extract_features, feature_dict,
+                       program_features, slog)
+from .cost_model import (CostModel, MeasuredProgram, RandomModel, XGBoostEnsemble, XGBoostModel,
+                         expected_improvement, pairwise_accuracy, recall_at_k)
+
+__all__ = ["FEATURES", "FEATURE_NAMES", "N_FEATURES", "FeatureExtractor", "extract_features", "feature_dict",
+           "program_features", "slog",
+           "CostModel", "MeasuredProgram", "RandomModel", "XGBoostEnsemble", "XGBoostModel", "expected_improvement",
+           "pairwise_accuracy", "recall_at_k"]
