@@ -7,6 +7,7 @@ the ``ir`` package.
 """
 from . import ops
 from .space import generate_sketches
+from .tune import TuneResult, auto_schedule
 from sketch_rules import register_sketch_rule, unregister_sketch_rule
 from .measure import (MAX_COST, BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput,
                       MeasureResult, ProgramMeasurer, TooManyMeasureErrors, WorkerCrashed, WorkerPool,
@@ -15,7 +16,7 @@ from .records import (RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_
                       best_records, distill_records, load_records, read_records, save_records)
 
 __version__ = "0.1.0"
-__all__ = ["ops", "__version__",  "generate_sketches", "register_sketch_rule", "unregister_sketch_rule",
+__all__ = ["ops", "__version__", "auto_schedule", "TuneResult", "generate_sketches", "register_sketch_rule", "unregister_sketch_rule",
            # measurement
            "MeasureInput", "MeasureResult", "MeasureErrorNo", "BuildResult", "MAX_COST", "program_key",
            "LocalBuilder", "LocalRunner", "ProgramMeasurer", "TooManyMeasureErrors",

@@ -72,6 +72,34 @@ def cmd_sketches(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """Tune a workload; print the winner's loop nest and its speed beside numpy."""
+    from .tune import auto_schedule
+    w = _workload(args.workload)
+    dag = ir.ComputeDAG(w.tensors)
+    print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
+    result = auto_schedule(ir.SearchTask(dag, desc=args.workload), trials=args.trials,
+                           measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
+                           early_stopping=args.early_stopping)
+    if result.kernel is None:
+        print("# no valid program was found", file=sys.stderr)
+        return 1
+    inputs = w.random_inputs(np.random.default_rng(args.seed))
+    outputs = w.output_buffers()
+    args_in = [result.kernel.pack(t.name, a) if t.name in result.kernel.layouts else a
+               for t, a in zip(dag.inputs, inputs)]
+    result.kernel(*args_in, *outputs)
+    ok = all(np.allclose(o, e, rtol=1e-3, atol=1e-3) for o, e in zip(outputs, w.reference(inputs)))
+    ours = result.kernel.time(*args_in, *outputs, number=1, repeat=5, min_repeat_ms=50).median
+    ref = _best_seconds(lambda: w.reference(inputs))
+    print(f"# best program\n{result.state}\n")
+    print(f"# {args.workload}: {w.flops / ours / 1e9:.2f} GFLOPS ({1e3 * ours:.3f} ms), "
+          f"numpy reference {w.flops / ref / 1e9:.2f} GFLOPS ({1e3 * ref:.3f} ms): {ref / ours:.2f}x numpy; "
+          f"verified against numpy: {'OK' if ok else 'WRONG'}")
+    print(f"# tuning time: search {result.time_search:.1f} s, measurement {result.time_measure:.1f} s")
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="autosched", description="A template-free auto-scheduler for tensor programs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,6 +108,14 @@ def main(argv=None) -> int:
     build.add_argument("workload", help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
     build.add_argument("--seed", type=int, default=0)
     build.set_defaults(fn=cmd_build)
+    tune = sub.add_parser("tune", help="tune a workload and print the best program beside numpy")
+    tune.add_argument("workload", help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
+    tune.add_argument("--trials", type=int, default=200, help="measurements (default 200)")
+    tune.add_argument("--batch", type=int, default=64, help="programs measured per round (default 64)")
+    tune.add_argument("--log-file", default=None, help="JSON-lines tuning log: appended to, and resumed from")
+    tune.add_argument("--early-stopping", type=int, default=None, help="stop after N trials without improvement")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.set_defaults(fn=cmd_tune)
     sketches = sub.add_parser("sketches", help="print a workload's sketches and a few sampled programs")
     sketches.add_argument("workload", help="a suite name such as C2D-1x56x56x64x64-k1s1p0")
     sketches.add_argument("--samples", type=int, default=3, help="random programs to print (default 3)")

@@ -9,3 +9,10 @@ __all__ = ["FEATURES", "FEATURE_NAMES", "N_FEATURES", "FeatureExtractor", "extra
            "program_features", "slog",
            "CostModel", "MeasuredProgram", "RandomModel", "XGBoostEnsemble", "XGBoostModel", "expected_improvement",
            "pairwise_accuracy", "recall_at_k"]
+from .mutation import (CPU_MUTATION_WEIGHTS, mutate, mutate_auto_unroll, mutate_compute_location, mutate_parallel,
+                       mutate_tile_size, mutate_tile_size_random_walk)
+from .crossover import Crossover
+from .search_policy import SearchParams, SketchPolicy
+
+__all__ += ["CPU_MUTATION_WEIGHTS", "mutate", "mutate_auto_unroll", "mutate_compute_location", "mutate_parallel",
+            "mutate_tile_size", "mutate_tile_size_random_walk", "Crossover", "SearchParams", "SketchPolicy"]

@@ -1,0 +1,197 @@
+"""The search policy of one task (Ansor 5): each round, sample fresh programs, add the best
+measured ones, evolve them under the cost model, and pick the batch to measure (best
+predicted, plus an epsilon share of random programs for exploration).
+
+Measurement is not done here (the dependency rule keeps it in ``autosched``): the caller
+asks ``next_batch`` for programs, measures them, and reports with ``update``.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import ir
+import sketch_rules
+
+from .crossover import Crossover
+from .genes import sketch_length
+from .mutation import CPU_MUTATION_WEIGHTS, mutate
+
+
+@dataclass
+class SearchParams:
+    """Ansor's defaults (REFERENCE.md) and the options from the other papers."""
+    population: int = 2048
+    generations: int = 4
+    mutation_prob: float = 0.85
+    eps_greedy: float = 0.05
+    #: unique valid programs to sample before evolving (halved after 5 batches without progress)
+    init_min_population: int = 50
+    #: share of the population seeded with the best measured programs
+    init_use_measured_ratio: float = 0.2
+    retry_on_empty: int = 10
+    mutation_weights: dict = field(default_factory=lambda: dict(CPU_MUTATION_WEIGHTS))
+    #: OpEvo: tile-size mutation as a q-random walk over factorisations (None = Ansor's)
+    random_walk_q: float | None = None
+    #: AdaTune: the exploration share from the model's uncertainty instead of eps_greedy
+    contextual_eps: bool = False
+
+
+class SketchPolicy:
+    """Evolutionary search for one task. ``next_batch(n)`` proposes programs never measured
+    before; ``update(states, costs)`` records measurements and retrains the cost model."""
+
+    def __init__(self, task: ir.SearchTask, cost_model, params: SearchParams | None = None, seed: int = 0,
+                 sketches=None, custom_rules=None):
+        self.task = task
+        self.model = cost_model
+        self.params = params or SearchParams()
+        self.rng = np.random.default_rng(seed)
+        self.sketches = list(sketches) if sketches is not None else \
+            sketch_rules.generate_sketches(task, custom_rules=custom_rules)
+        if not self.sketches:
+            raise ValueError(f"no sketch could be generated for {task}")
+        self.crossover = Crossover(self.sketches)
+        self.measured_keys: set[str] = set()
+        self.measured: list[tuple[float, int, ir.State]] = []  # (cost, order, state), valid only
+        self.last_eps = self.params.eps_greedy
+        self.stats: dict = {}
+
+    # measurements ------------------------------------------------------------------------
+    def update(self, states, costs) -> None:
+        """Record measured programs (cost in seconds, None for a failure) and retrain."""
+        records = []
+        for state, cost in zip(states, costs):
+            self.measured_keys.add(str(state))
+            if cost is not None and math.isfinite(cost):
+                self.measured.append((cost, len(self.measured), state))
+            records.append((self.task, state, cost))
+        if records:
+            self.model.update(records)
+
+    def mark_measured(self, keys) -> None:
+        """Programs measured before (e.g. in a resumed log): never proposed again."""
+        self.measured_keys.update(keys)
+
+    def best_measured(self, n: int) -> list[ir.State]:
+        return [s for _, _, s in heapq.nsmallest(n, self.measured)]
+
+    # search ------------------------------------------------------------------------------
+    def sample_initial(self) -> list[ir.State]:
+        """Fresh random programs: batches of ``population`` samples until at least
+        ``init_min_population`` unique ones (the target halves after 5 fruitless batches)."""
+        p = self.params
+        target, out, fruitless = p.init_min_population, {}, 0
+        while len(out) < target:
+            before = len(out)
+            for s in sketch_rules.sample_programs(self.task, self.sketches, max(target, min(p.population, 4 * target)),
+                                                  self.rng):
+                out.setdefault(str(s), s)
+            fruitless = fruitless + 1 if len(out) == before else 0
+            if fruitless > 5:
+                if target <= 1:
+                    break
+                target //= 2
+        return list(out.values())
+
+    def evolve(self, population: list[ir.State], out_size: int) -> list[ir.State]:
+        """Evolve ``population`` for ``generations`` rounds of selection (probability
+        proportional to predicted fitness), mutation and crossover; the ``out_size`` best
+        predicted programs seen that were never measured, best first."""
+        p = self.params
+        best: dict[str, tuple[float, ir.State]] = {}
+        max_innermost = self.task.hardware.max_innermost_split_factor
+        for generation in range(p.generations + 1):
+            if not population:
+                break
+            scores = np.asarray(self.model.predict(self.task, population), dtype=np.float64)
+            for state, score in zip(population, scores):
+                key = str(state)
+                if key not in self.measured_keys and np.isfinite(score) and (key not in best or best[key][0] < score):
+                    best[key] = (float(score), state)
+            if len(best) > 4 * out_size:
+                best = dict(heapq.nlargest(2 * out_size, best.items(), key=lambda kv: kv[1][0]))
+            if generation == p.generations:
+                break
+            population = self._next_generation(population, scores, max_innermost)
+        ranked = sorted(best.values(), key=lambda v: -v[0])
+        return [s for _, s in ranked[:out_size]]
+
+    def _next_generation(self, population, scores, max_innermost) -> list[ir.State]:
+        p = self.params
+        fitness = np.where(np.isfinite(scores), scores, 0.0)
+        fitness = np.maximum(fitness - min(0.0, float(fitness.min())), 0.0)
+        probs = fitness / fitness.sum() if fitness.sum() > 0 else np.full(len(population), 1.0 / len(population))
+        by_sketch: dict[int, list[int]] = {}
+        for i, s in enumerate(population):
+            k = sketch_length(s, self.sketches)
+            if k is not None:
+                by_sketch.setdefault(k[0], []).append(i)
+        out: dict[str, ir.State] = {}
+        tries, n = 0, len(population)
+        target = p.population
+        while len(out) < target and tries < 3 * target:
+            tries += 1
+            i = int(self.rng.choice(n, p=probs))
+            if self.rng.random() < p.mutation_prob:
+                child = mutate(population[i], self.rng, p.mutation_weights, p.random_walk_q, max_innermost)
+            else:
+                k = sketch_length(population[i], self.sketches)
+                mates = by_sketch.get(k[0], []) if k is not None else []
+                if len(mates) < 2:
+                    continue
+                w = probs[mates] / probs[mates].sum() if probs[mates].sum() > 0 else None
+                j = mates[int(self.rng.choice(len(mates), p=w))]
+                child = self.crossover(population[i], population[j], self.rng)
+            if child is not None:
+                out.setdefault(str(child), child)
+        return list(out.values())
+
+    def next_batch(self, n: int) -> list[ir.State]:
+        """Up to ``n`` programs never measured: the best predicted after evolution, with an
+        epsilon share of fresh random programs (Ansor's PickStatesWithEpsGreedy)."""
+        p = self.params
+        for _ in range(max(1, p.retry_on_empty)):
+            init = self.sample_initial()
+            n_measured = min(len(self.measured), int(p.init_use_measured_ratio * p.population))
+            population = init + self.best_measured(n_measured)
+            best = self.evolve(population, 2 * n)
+            eps = self._epsilon(best)
+            n_random = int(round(eps * n)) if len(self.measured) else 0
+            batch: dict[str, ir.State] = {}
+            for s in best:
+                if len(batch) >= n - n_random:
+                    break
+                batch.setdefault(str(s), s)
+            fresh = [s for s in init if str(s) not in self.measured_keys and str(s) not in batch]
+            self.rng.shuffle(fresh)
+            for s in fresh:
+                if len(batch) >= n:
+                    break
+                batch[str(s)] = s
+            for s in best:  # top up from the predictions if random ones ran out
+                if len(batch) >= n:
+                    break
+                batch.setdefault(str(s), s)
+            if batch:
+                self.stats = {"init_population": len(init), "evolved": len(best), "eps": eps}
+                return list(batch.values())
+        return []
+
+    def _epsilon(self, candidates) -> float:
+        """Fixed ``eps_greedy``, or (AdaTune) the model's relative uncertainty on the best
+        candidates, clipped to [0.02, 0.5]: explore more while the model is unsure."""
+        if not self.params.contextual_eps or not candidates or not hasattr(self.model, "predict_with_uncertainty"):
+            self.last_eps = self.params.eps_greedy
+            return self.last_eps
+        mean, std = self.model.predict_with_uncertainty(self.task, candidates)
+        mean, std = np.asarray(mean, float), np.asarray(std, float)
+        ok = np.isfinite(mean) & np.isfinite(std)
+        if not ok.any():
+            return self.params.eps_greedy
+        rel = float(np.mean(std[ok]) / (np.mean(np.abs(mean[ok])) + 1e-9))
+        self.last_eps = float(np.clip(rel, 0.02, 0.5))
+        return self.last_eps
