@@ -29,6 +29,9 @@ class TuneResult:
     history: list = field(default_factory=list)
     time_search: float = 0.0
     time_measure: float = 0.0
+    #: of the measurement time: seconds spent compiling and running programs (summed over workers)
+    time_build: float = 0.0
+    time_run: float = 0.0
 
     def __repr__(self) -> str:
         return (f"TuneResult({self.task.desc or self.task.workload_key}: {self.gflops:.2f} GFLOPS, "
@@ -75,7 +78,7 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     _resume(task, policy, log_file)
     history, done, since_best = [], 0, 0
     best_cost = measurer.best_cost(task)
-    t_search = t_measure = 0.0
+    t_search = t_measure = t_build = t_run = 0.0
     start = time.perf_counter()
     try:
         while done < trials:
@@ -87,6 +90,8 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
             results = measurer.measure(task, states)
             t2 = time.perf_counter()
             t_search, t_measure = t_search + (t1 - t0), t_measure + (t2 - t1)
+            t_build += sum(r.build_time for r in results)
+            t_run += sum(r.run_time for r in results)
             policy.update(states, [r.mean_cost if r.ok else None for r in results])
             done += len(states)
             new_best = measurer.best_cost(task)
@@ -102,7 +107,9 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
         if verbose:
             print(file=sys.stderr)
         measurer.close()
-    return _result(task, measurer, done, history, t_search, t_measure)
+    result = _result(task, measurer, done, history, t_search, t_measure)
+    result.time_build, result.time_run = t_build, t_run
+    return result
 
 
 def _resume(task, policy: SketchPolicy, log_file: str | None) -> None:

@@ -1,0 +1,306 @@
+"""Tune the single-operator suite (and the ConvLayer and TBS subgraphs) of the Ansor paper;
+print each tuned kernel's GFLOPS beside numpy and PyTorch measured in the same run, the
+tuning time split into search, build and run, and the ratio to TVM's MetaSchedule at equal
+trials (anchors.md, as ratios to the vendor library measured there).
+
+    python bench/tune_ops.py --trials N [--workloads GMM C2D-1x7x7x512x512-k3s1p1 ...]
+    python bench/tune_ops.py --ablation --trials N      # paper Fig. 7 on the last ResNet-50 conv
+    python bench/tune_ops.py --round-time               # one search round vs measuring its batch
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import ir  # noqa: E402
+import autosched  # noqa: E402
+import sketch_rules  # noqa: E402
+from autosched import ops  # noqa: E402
+from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel  # noqa: E402
+
+#: TVM MetaSchedule (anchors.md) as a ratio to the library it was measured beside:
+#: workload -> (baseline, ratio at 64 trials, ratio at 256 trials). Layouts differ for the
+#: conv2d rows (the anchors ran NCHW), so those compare shapes, not identical programs.
+ANCHORS = {
+    "GMM-1x1024x1024x1024": ("numpy", 160 / 191, 165 / 191),
+    "GMM-1x512x512x512": ("numpy", 124 / 188, 169 / 188),
+    "C2D-1x14x14x256x256-k3s1p1": ("torch", 106 / 166, None),
+    "C2D-1x7x7x512x512-k3s1p1": ("torch", 73 / 127, 117 / 127),
+    "DEP-1x112x112x32-k3s1p1": ("torch", 112 / 53, 102 / 53),
+    "T2D-1x4x4x512x256-k4s2p1": ("torch", 66 / 97, 101 / 97),
+    "NRM-1x1024x1024": ("numpy", 30 / 26, 30 / 26),
+    "CBR-1x56x56x64x128-k3s2p1": ("torch", 148 / 168, 172 / 168),
+}
+ABLATION_WORKLOAD = "C2D-1x7x7x512x512-k3s1p1"
+
+
+def torch_baseline(w) -> float | None:
+    """PyTorch seconds for the same computation (channels-last where it has a layout)."""
+    if not common.torch_available():
+        return None
+    import torch
+    import torch.nn.functional as F
+    p = w.params
+    x = [torch.from_numpy(a) for a in w.random_inputs(np.random.default_rng(0))]
+
+    def cl(t, dims):  # NHWC data / HWIO weight -> channel-first tensors in channels-last memory
+        return t.permute(*dims).contiguous()
+
+    name = w.name
+    if name == "batch_matmul":
+        return common.time_torch(torch.bmm, x[0], x[1])
+    if name in ("conv1d", "conv2d", "conv3d", "depthwise_conv2d", "conv_layer"):
+        nd = {"conv1d": 1, "conv3d": 3}.get(name, 2)
+        data = cl(x[0], (0, nd + 1) + tuple(range(1, nd + 1)))
+        if nd == 2:
+            data = data.contiguous(memory_format=torch.channels_last)
+        weight = cl(x[1], (nd + 1, nd) + tuple(range(nd))) if name != "depthwise_conv2d" else \
+            cl(x[1], (2, 3, 0, 1)).reshape(-1, 1, p["kernel"], p["kernel"])
+        groups = p.get("groups", 1) if name != "depthwise_conv2d" else p["C"]
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+        kw = dict(stride=p["stride"], padding=p["padding"], dilation=p.get("dilation", 1), groups=groups)
+        if name == "conv_layer":
+            bias, scale, shift = x[2], x[3].view(1, -1, 1, 1), x[4].view(1, -1, 1, 1)
+            return common.time_torch(lambda d, wt: torch.relu(conv(d, wt, bias, **kw) * scale + shift), data, weight)
+        return common.time_torch(lambda d, wt: conv(d, wt, **kw), data, weight)
+    if name == "conv2d_transpose":
+        data = cl(x[0], (0, 3, 1, 2)).contiguous(memory_format=torch.channels_last)
+        weight = cl(x[1], (2, 3, 0, 1))
+        return common.time_torch(lambda d, wt: F.conv_transpose2d(d, wt, stride=p["stride"], padding=p["padding"]),
+                                 data, weight)
+    if name == "norm":
+        return common.time_torch(lambda a: torch.sqrt((a * a).sum(dim=(1, 2))), x[0])
+    if name == "transpose_batch_matmul":
+        def tbs(q, k):
+            s = q.permute(0, 2, 1, 3) @ k.permute(0, 2, 3, 1)
+            return torch.softmax(s, dim=-1)
+        return common.time_torch(tbs, x[0], x[1])
+    return None  # capsule conv2d has no PyTorch operator
+
+
+def numpy_baseline(w) -> float | None:
+    """numpy seconds: np.matmul for GMM, the (vectorised) numpy reference otherwise."""
+    inputs = w.random_inputs(np.random.default_rng(0))
+    if w.name == "batch_matmul":
+        return common.time_numpy(np.matmul, inputs[0], inputs[1])
+    return common.time_numpy(w.reference, inputs, min_time=0.2, repeat=3)
+
+
+def retime(result, w) -> float:
+    """The tuned kernel re-timed in this process (same conditions as the baselines)."""
+    inputs = w.random_inputs(np.random.default_rng(0))
+    kernel = result.kernel
+    args = [kernel.pack(t.name, a) if t.name in kernel.layouts else a for t, a in zip(result.task.dag.inputs, inputs)]
+    outputs = w.output_buffers()
+    kernel(*args, *outputs)
+    for got, want in zip(outputs, w.reference(inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    return kernel.time(*args, *outputs, number=1, repeat=5, min_repeat_ms=50).median
+
+
+def at_trials(history, n: int) -> float | None:
+    """Best GFLOPS after ``n`` trials (None if tuning stopped before)."""
+    best = None
+    for trials, gflops, _ in history:
+        if trials <= n:
+            best = gflops
+    return best if history and history[-1][0] >= n else None
+
+
+def tune_suite(args, names) -> list[dict]:
+    table = common.Table(["workload", "trials", "ours GFLOPS", "numpy", "torch", "vs numpy", "vs torch",
+                          "vs MS@64", "vs MS@256", "search s", "build s", "run s"])
+    rows = []
+    for name in names:
+        w = ops.suite_workload(name)
+        task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=name)
+        log = os.path.join(args.log_dir, f"{name}.json") if args.log_dir else None
+        result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
+                                         log_file=log, search_params=_params(args), verbose=1)
+        if result.kernel is None:
+            table.add(name, result.trials, None, None, None, None, None, None, None, result.time_search,
+                      result.time_build, result.time_run)
+            rows.append(common.json_row(name, trials=result.trials, error="no valid program"))
+            continue
+        ours = common.gflops(w.flops, retime(result, w))
+        nf, tf = common.gflops(w.flops, numpy_baseline(w)), common.gflops(w.flops, torch_baseline(w))
+        vs_ms = [_vs_anchor(name, result.history, n, w.flops, nf, tf, col) for n, col in ((64, 1), (256, 2))]
+        table.add(name, result.trials, ours, nf, tf, common.ratio(ours, nf), common.ratio(ours, tf), *vs_ms,
+                  result.time_search, result.time_build, result.time_run)
+        rows.append(common.json_row(name, ours, nf, tf, trials=result.trials, vs_ms_64=vs_ms[0], vs_ms_256=vs_ms[1],
+                                    search_s=result.time_search, build_s=result.time_build, run_s=result.time_run,
+                                    wall_s=result.time_search + result.time_measure, history=result.history))
+    if not args.json_only:
+        table.print()
+    return rows
+
+
+def _vs_anchor(name, history, n, flops, numpy_gflops, torch_gflops, col):
+    """Our GFLOPS after n trials relative to MetaSchedule's at n trials, each as a ratio
+    to the same vendor library (ours measured in this run, theirs in anchors.md)."""
+    anchor = ANCHORS.get(name)
+    ours = at_trials(history, n)
+    if anchor is None or anchor[col] is None or ours is None:
+        return None
+    base = numpy_gflops if anchor[0] == "numpy" else torch_gflops
+    return None if not base else (ours / base) / anchor[col]
+
+
+def _params(args) -> SearchParams:
+    return SearchParams(population=args.population, generations=args.generations,
+                        random_walk_q=args.random_walk_q, contextual_eps=args.contextual_eps)
+
+
+def ablation(args) -> list[dict]:
+    """Paper Fig. 7: best GFLOPS vs trials of the full search, of random sampling without
+    fine-tuning, and of a limited space (no cache-write/fusion sketches)."""
+    w = ops.suite_workload(args.ablation_workload)
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=args.ablation_workload)
+    limited = [r for r in sketch_rules.rules_for("cpu") if r.name not in ("add_cache_write",
+                                                                          "multi_level_tiling_with_fusion")]
+    variants = {
+        "full search": dict(search_params=_params(args)),
+        "no fine-tuning (random sampling)": dict(cost_model=RandomModel(seed=args.seed),
+                                                 search_params=SearchParams(generations=0, eps_greedy=1.0,
+                                                                            population=args.population)),
+        "limited space": dict(search_params=_params(args), custom_rules=[_OnlyRules(limited)]),
+    }
+    curves = {}
+    for label, kw in variants.items():
+        result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
+                                         verbose=1, **kw)
+        curves[label] = [(t, g) for t, g, _ in result.history]
+    checkpoints = sorted({t for c in curves.values() for t, _ in c})
+    table = common.Table(["trials"] + list(curves))
+    for t in checkpoints:
+        table.add(t, *[max([g for n, g in c if n <= t], default=None) for c in curves.values()])
+    if not args.json_only:
+        print(f"\nablation on {args.ablation_workload}: best GFLOPS vs trials")
+        table.print()
+        _plot(curves, args.ablation_workload)
+    return [common.json_row(f"ablation {label}", max((g for _, g in c), default=None), curve=c)
+            for label, c in curves.items()]
+
+
+class _OnlyRules(sketch_rules.SketchRule):
+    """Applies a fixed rule list in place of the built-in ones (for the limited space)."""
+    name = "limited_space"
+
+    def __init__(self, rules):
+        self.rules = rules
+
+    def condition(self, ctx, state, stage_id):
+        return sketch_rules.Condition.APPLY_AND_SKIP_REST
+
+    def apply(self, ctx, state, stage_id):
+        out = []
+        for rule in self.rules:
+            cond = rule.condition(ctx, state, stage_id)
+            if cond is sketch_rules.Condition.PASS:
+                continue
+            out.extend(rule.apply(ctx, state, stage_id))
+            if cond is sketch_rules.Condition.APPLY_AND_SKIP_REST:
+                break
+        return out
+
+
+def _plot(curves, title) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib is not installed: no PNG plot)")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, c in curves.items():
+        ax.plot([t for t, _ in c], [g for _, g in c], marker="o", label=label)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best GFLOPS")
+    ax.set_title(title)
+    ax.legend()
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tune_ops_ablation.png")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    print(f"plot: {path}")
+
+
+def round_time(args) -> list[dict]:
+    """One search round at full size (population 2048, 4 generations) on GMM-1024, beside
+    the time to measure the batch it proposes."""
+    w = ops.suite_workload("GMM-1x1024x1024x1024")
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors))
+    model = XGBoostModel(seed=args.seed)
+    policy = SketchPolicy(task, model, SearchParams(population=args.population, generations=args.generations),
+                          seed=args.seed)
+    measurer = autosched.ProgramMeasurer()
+    try:
+        first = policy.next_batch(args.batch)  # the model learns from one measured batch first
+        policy.update(first, [r.mean_cost if r.ok else None for r in measurer.measure(task, first)])
+        t0 = time.perf_counter()
+        batch = policy.next_batch(args.batch)
+        search_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        measurer.measure(task, batch)
+        measure_s = time.perf_counter() - t0
+    finally:
+        measurer.close()
+    if not args.json_only:
+        print(f"\none search round (population {args.population}, {args.generations} generations, GMM-1024): "
+              f"{search_s:.1f} s; measuring its batch of {len(batch)}: {measure_s:.1f} s")
+    return [common.json_row("search round GMM-1024", search_s=search_s, measure_s=measure_s, batch=len(batch),
+                            population=args.population, generations=args.generations)]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, parents=[common.bench_args()],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--workloads", nargs="*", default=None,
+                        help="suite names or family codes (GMM C2D ...); default: the whole suite + CBR, TBS")
+    parser.add_argument("--population", type=int, default=2048)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--random-walk-q", type=float, default=None, help="OpEvo's q-random walk tile mutation")
+    parser.add_argument("--contextual-eps", action="store_true", help="AdaTune's contextual epsilon")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-dir", default=None, help="keep a tuning log per workload here (resumable)")
+    parser.add_argument("--ablation", action="store_true", help="run the Fig. 7 ablation")
+    parser.add_argument("--ablation-workload", default=ABLATION_WORKLOAD)
+    parser.add_argument("--round-time", action="store_true", help="time one full search round")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.trials, args.batch, args.population, args.generations = 8, 4, 32, 1
+        names = ["GMM-1x64x64x64"]
+    else:
+        names = _select(args.workloads)
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+    rows = []
+    if args.round_time:
+        rows += round_time(args)
+    elif args.ablation:
+        rows += ablation(args)
+    else:
+        rows += tune_suite(args, names)
+    common.emit_json("tune_ops", rows)
+
+
+def _select(wanted) -> list[str]:
+    suite = ops.suite_names()
+    if not wanted:
+        return suite
+    out = []
+    for item in wanted:
+        out.extend([n for n in suite if n.split("-")[0] == item] if "-" not in item else [item])
+    return out
+
+
+if __name__ == "__main__":
+    main()
