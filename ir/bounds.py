@@ -149,12 +149,8 @@ def reinfer(state):
         else:
             continue
         if _same_root(st, extents, starts):
+            if st.region_guard_specs != tuple(guard_specs):
+                state = state.with_stage(index, replace(st, region_guard_specs=tuple(guard_specs)))
             continue
-        st = st.with_root(extents, starts)
-        guards = []
-        for d, kind in guard_specs:
-            value = st.axis_values[d]
-            guards.append(E.Compare(">=", value, E.Const(0, "int64")) if kind == ">=" else
-                          E.Compare("<", value, E.Const(st.op.shape[d], "int64")))
-        state = state.with_stage(index, replace(st, region_guards=tuple(guards)))
+        state = state.with_stage(index, st.with_root(extents, starts, guard_specs))
     return state

@@ -412,9 +412,27 @@ class FunctionBuilder:
             value = self.instr(f"zext {value.full} {value.ref} to {_vec('i8', value.lanes)}", "i8", value.lanes)
         align = dt.itemsize(s.buffer.dtype)
         if kind == "scalar":
-            if self.mask is not None and self.lanes > 1:
-                raise VectorUnsupported("a lane-invariant store under a vector condition")
             ptr = self.address(s.buffer, self.ev(s.index))
+            if self.mask is not None and self.lanes > 1:
+                # every active lane stores the same value at the same place: store it once
+                # if any lane is active
+                m = self.mask
+                sym = f"@llvm.vector.reduce.or.v{m.lanes}i1"
+                self.module.declare(f"declare i1 {sym}({m.full})")
+                anyl = self.instr(f"call i1 {sym}({m.full} {m.ref})", "i1", 1)
+                if value.lanes > 1:  # take it from the first active lane (inactive ones read zeros)
+                    bits = self.instr(f"bitcast {m.full} {m.ref} to i{m.lanes}", f"i{m.lanes}", 1)
+                    self.module.declare(f"declare i{m.lanes} @llvm.cttz.i{m.lanes}(i{m.lanes}, i1)")
+                    lane = self.instr(f"call i{m.lanes} @llvm.cttz.i{m.lanes}(i{m.lanes} {bits.ref}, i1 false)",
+                                      f"i{m.lanes}", 1)
+                    value = self.instr(f"extractelement {value.full} {value.ref}, i{m.lanes} {lane.ref}", value.ty, 1)
+                do_l, end_l = self.label("mstore"), self.label("mstore.end")
+                self.emit(f"br i1 {anyl.ref}, label %{do_l}, label %{end_l}")
+                self.start_block(do_l)
+                self.emit(f"store {sty} {value.ref}, ptr {ptr.ref}, align {align}")
+                self.branch(end_l)
+                self.start_block(end_l)
+                return
             self.emit(f"store {sty} {value.ref}, ptr {ptr.ref}, align {align}")
             return
         value = self.broadcast(value, self.lanes)
@@ -442,24 +460,31 @@ class FunctionBuilder:
         reduce the lanes of f(v) first, then update once."""
         v = s.value
         if not (isinstance(v, E.Binary) and v.op in ("+", "max", "min") and isinstance(v.a, Load)
-                and v.a.buffer is s.buffer and structural_key(v.a.index) == structural_key(s.index)
-                and self.mask is None):
+                and v.a.buffer is s.buffer and structural_key(v.a.index) == structural_key(s.index)):
             raise VectorUnsupported(f"store to {s.buffer.name} does not depend on the vector lane")
         part = self.broadcast(self.ev(v.b), self.lanes)
         ty = part.ty
+        if self.mask is not None:  # lanes outside the guard contribute the combiner's identity
+            identity = {"+": 0.0 if dt.is_float(v.dtype) else 0, "max": E.min_value(v.dtype),
+                        "min": E.max_value(v.dtype)}[v.op]
+            ident = self.broadcast(self.const(identity, v.dtype), self.lanes)
+            part = self.instr(f"select {self.mask.full} {self.mask.ref}, {part.full} {part.ref}, "
+                              f"{part.full} {ident.ref}", ty, self.lanes)
         if dt.is_float(v.dtype):
             name = {"+": "fadd", "max": "fmax", "min": "fmin"}[v.op]
         else:
             name = {"+": "add", "max": "smax", "min": "smin"}[v.op]
         sym = f"@llvm.vector.reduce.{name}.{_suffix(ty, self.lanes)}"
+        # the accumulator's address does not depend on the lane and is real: load it plainly
+        mask, self.mask = self.mask, None
+        acc = self.ev(v.a)
+        self.mask = mask
         if name == "fadd":
             self.module.declare(f"declare {ty} {sym}({ty}, {part.full})")
-            acc = self.ev(v.a)
             total = self.instr(f"call {REDUCE_FLAGS} {ty} {sym}({ty} {acc.ref}, {part.full} {part.ref})", ty, 1)
         else:
             self.module.declare(f"declare {ty} {sym}({part.full})")
             red = self.instr(f"call {ty} {sym}({part.full} {part.ref})", ty, 1)
-            acc = self.ev(v.a)
             total = self.binary_values(v.op, v.dtype, acc, red)
         ptr = self.address(s.buffer, self.ev(s.index))
         self.emit(f"store {ty} {total.ref}, ptr {ptr.ref}, align {dt.itemsize(s.buffer.dtype)}")
@@ -713,10 +738,10 @@ def _is_float_sum_update(s: Store) -> bool:
 
 
 def _vector_width(extent: int) -> int:
-    if extent <= MAX_VECTOR_LANES:
-        return extent
+    """Lanes per chunk: the largest power of two (at most 16) dividing the extent, so that
+    every vector type is a native width (and has vectorised math); 1 means scalar code."""
     for w in (16, 8, 4, 2):
-        if extent % w == 0:
+        if w <= MAX_VECTOR_LANES and extent % w == 0:
             return w
     return 1
 

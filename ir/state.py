@@ -35,8 +35,10 @@ class Stage:
     auto_unroll_max_step: int = 0
     #: how the stage came to be: "op", "cache_write", "cache_read" or "rfactor"
     origin: str = "op"
-    #: guards that keep an attached stage inside its tensor (set by bound inference)
-    region_guards: tuple[E.Expr, ...] = ()
+    #: which dimensions of an attached stage's region may run outside its tensor, as
+    #: (dimension, ">=" or "<") (set by bound inference; the guards are built from the
+    #: current loops, so they never refer to loop variables of an earlier derivation)
+    region_guard_specs: tuple[tuple[int, str], ...] = ()
 
     @property
     def is_placeholder(self) -> bool:
@@ -56,7 +58,10 @@ class Stage:
 
     @property
     def guards(self) -> tuple[E.Expr, ...]:
-        return self.loops.guards + self.region_guards
+        return self.loops.guards + tuple(
+            E.Compare(">=", self.axis_values[d], E.Const(0, "int64")) if kind == ">=" else
+            E.Compare("<", self.axis_values[d], E.Const(self.op.shape[d], "int64"))
+            for d, kind in self.region_guard_specs)
 
     @property
     def all_axes(self) -> tuple[E.IterVar, ...]:
@@ -79,13 +84,13 @@ class Stage:
     def with_transform(self, t: LoopTransform) -> "Stage":
         return replace(self, loops=_LOOP_MEMO.apply(self.loops, t), transforms=self.transforms + (t,))
 
-    def with_root(self, extents, starts, region_guards=()) -> "Stage":
+    def with_root(self, extents, starts, region_guard_specs=()) -> "Stage":
         """Re-derive the loops over new root extents/starts, replaying the transforms."""
         loops = _LOOP_MEMO.root(self, tuple(extents), tuple(starts))
         for t in self.transforms:
             loops = _LOOP_MEMO.apply(loops, t)
         return replace(self, root_extents=tuple(extents), root_starts=tuple(starts), loops=loops,
-                       region_guards=tuple(region_guards))
+                       region_guard_specs=tuple(region_guard_specs))
 
 
 class _LoopMemo:
@@ -113,13 +118,14 @@ class _LoopMemo:
 
     def root(self, stage: "Stage", extents: tuple, starts: tuple) -> Loops:
         from .simplify import structural_key
-        key = ("root", id(stage.op), extents, tuple(None if s is None else structural_key(s) for s in starts))
+        axes = stage.all_axes  # an rfactor gives the same op other axes: they are part of the key
+        key = ("root", id(stage.op), tuple(id(a) for a in axes), extents,
+               tuple(None if s is None else structural_key(s) for s in starts))
         hit = self.entries.get(key)
-        if hit is not None and hit[0][0] is stage.op:
+        if hit is not None and hit[0][0] is stage.op and hit[0][1] == axes:
             return hit[1]
-        axes = stage.all_axes
         loops = L.root_loops([a.name for a in axes], [a.kind for a in axes], extents, starts)
-        return self._put(key, (stage.op, starts), loops)
+        return self._put(key, (stage.op, axes, starts), loops)
 
 
 _LOOP_MEMO = _LoopMemo()

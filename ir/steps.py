@@ -357,7 +357,9 @@ class CacheReadStep(Step):
 
     def apply(self, state):
         st = state.stages[state.stage_index(self.stage_id)]
-        check(st.compute_at != "inline", f"cache_read: stage '{st.name}' is inlined")
+        check(st.compute_at == "root" or st.is_placeholder,
+              f"cache_read: stage '{st.name}' is {'inlined' if st.compute_at == 'inline' else 'computed inside another'}"
+              "; only a tensor stored at root can be cached")
         readers = state.readers(self.stage_id)
         check(len(self.reader_stage_ids) >= 1, "cache_read: needs at least one reader stage")
         for r in self.reader_stage_ids:
