@@ -12,6 +12,8 @@ from sketch_rules import register_sketch_rule, unregister_sketch_rule
 from .measure import (MAX_COST, BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput,
                       MeasureResult, ProgramMeasurer, TooManyMeasureErrors, WorkerCrashed, WorkerPool,
                       WorkerTimeout, program_key)
+from . import graph
+from .networks import NetworkTuneResult, tune_networks
 from .records import (RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best, best_record,
                       best_records, distill_records, load_records, read_records, save_records)
 
@@ -23,4 +25,6 @@ __all__ = ["ops", "__version__", "auto_schedule", "TuneResult", "generate_sketch
            "WorkerPool", "WorkerCrashed", "WorkerTimeout",
            # records
            "TuningRecord", "RecordToFile", "load_records", "read_records", "save_records", "best_records",
-           "best_record", "distill_records", "apply_history_best", "UntunedWorkloadWarning"]
+           "best_record", "distill_records", "apply_history_best", "UntunedWorkloadWarning",
+           # networks
+           "graph", "tune_networks", "NetworkTuneResult"]

@@ -75,6 +75,13 @@ def cmd_sketches(args) -> int:
 def cmd_tune(args) -> int:
     """Tune a workload; print the winner's loop nest and its speed beside numpy."""
     from .tune import auto_schedule
+    if getattr(args, "network", None):
+        from .networks import tune_network_command
+        return tune_network_command(args)
+    if args.workload is None:
+        raise SystemExit("autosched tune: give a workload (see `autosched list`) or --network NAME")
+    if args.trials is None:
+        args.trials = 200
     w = _workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
@@ -108,13 +115,23 @@ def main(argv=None) -> int:
     build.add_argument("workload", help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
     build.add_argument("--seed", type=int, default=0)
     build.set_defaults(fn=cmd_build)
-    tune = sub.add_parser("tune", help="tune a workload and print the best program beside numpy")
-    tune.add_argument("workload", help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
-    tune.add_argument("--trials", type=int, default=200, help="measurements (default 200)")
+    tune = sub.add_parser("tune", help="tune a workload (or a whole network with --network) and print the result")
+    tune.add_argument("workload", nargs="?", default=None,
+                      help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
+    tune.add_argument("--trials", type=int, default=None, help="measurements (default 200)")
     tune.add_argument("--batch", type=int, default=64, help="programs measured per round (default 64)")
     tune.add_argument("--log-file", default=None, help="JSON-lines tuning log: appended to, and resumed from")
     tune.add_argument("--early-stopping", type=int, default=None, help="stop after N trials without improvement")
     tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--network", default=None,
+                      help="tune a whole network instead: resnet50, mobilenet_v2, resnet3d_18, dcgan or bert")
+    tune.add_argument("--batch-size", type=int, default=1, help="the network's batch size (default 1)")
+    tune.add_argument("--strategy", choices=["gradient", "round-robin"], default="gradient",
+                      help="task scheduling (default: Ansor's gradient scheduler)")
+    tune.add_argument("--objective", choices=["latency", "early_stopping"], default="latency",
+                      help="task scheduler objective (default: the network's latency)")
+    tune.add_argument("--early-stopping-per-task", type=int, default=None,
+                      help="retire a task after N trials without improvement")
     tune.set_defaults(fn=cmd_tune)
     sketches = sub.add_parser("sketches", help="print a workload's sketches and a few sampled programs")
     sketches.add_argument("workload", help="a suite name such as C2D-1x56x56x64x64-k1s1p0")

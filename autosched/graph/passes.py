@@ -1,0 +1,65 @@
+"""Graph passes that run before partitioning.
+
+``fold_batch_norm``: an inference batch norm right after a conv, depthwise conv, transposed
+conv or dense (whose only consumer it is) becomes part of the weights:
+scale = gamma / sqrt(var + eps), w' = w · scale (per output channel), followed by a
+bias_add of beta − mean · scale. The graph keeps its inputs and outputs; the folded weights
+are new constants computed from the old ones on first use.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import Graph, Node
+
+_FOLDABLE = ("conv", "depthwise_conv2d", "conv2d_transpose", "dense")
+
+
+def _scaled_weight(kind: str, shape):
+    def fn(w, gamma, var, eps):
+        scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+        w = w.astype(np.float64)
+        if kind == "dense":                       # (out, in)
+            return w * scale[:, None]
+        if kind == "depthwise_conv2d":            # (kh, kw, C, M): out channel c·M + q
+            return w * scale.reshape(shape[-2], shape[-1])
+        return w * scale                          # (*kernel, CI, CO): the last axis
+    return fn
+
+
+def fold_batch_norm(graph: Graph) -> Graph:
+    """``graph`` with batch norms folded into the preceding conv/dense weights (a new Graph;
+    nodes that do not change are shared with ``graph``)."""
+    new: dict[int, Node] = {}
+
+    def mapped(n: Node) -> Node:
+        return new.get(id(n), n)
+
+    changed = False
+    for node in graph.nodes:
+        if not node.is_op:
+            continue
+        anchor = node.inputs[0] if node.inputs else None
+        if (node.kind == "batch_norm" and anchor is not None and anchor.kind in _FOLDABLE
+                and anchor.inputs[1].is_const and not graph.is_output(anchor)
+                and all(c is node for c in graph.consumers(anchor))
+                and all(p.is_const for p in node.inputs[1:])):
+            x, w = (mapped(p) for p in anchor.inputs)
+            gamma, beta, mean, var = node.inputs[1:]
+            eps = float(node.attrs.get("eps", 1e-5))
+            weight_fn = _scaled_weight(anchor.kind, w.shape)
+            w2 = Node("const", shape=w.shape, dtype=w.dtype, name=f"{w.name}_folded",
+                      init=lambda rng, w=w, g=gamma, v=var, f=weight_fn, e=eps: f(w.value, g.value, v.value, e))
+            b2 = Node("const", shape=beta.shape, dtype=beta.dtype, name=f"{node.name}_shift",
+                      init=lambda rng, b=beta, g=gamma, m=mean, v=var, e=eps:
+                      b.value - m.value.astype(np.float64) * g.value / np.sqrt(v.value.astype(np.float64) + e))
+            conv = Node(anchor.kind, (x, w2), dict(anchor.attrs), anchor.shape, anchor.dtype, anchor.name)
+            new[id(node)] = Node("bias_add", (conv, b2), {"axis": -1}, node.shape, node.dtype, f"{node.name}_folded")
+            changed = True
+            continue
+        inputs = tuple(mapped(p) for p in node.inputs)
+        if any(a is not b for a, b in zip(inputs, node.inputs)):
+            new[id(node)] = Node(node.kind, inputs, dict(node.attrs), node.shape, node.dtype, node.name)
+    if not changed:
+        return graph
+    return Graph(graph.inputs, [mapped(o) for o in graph.outputs], graph.name)

@@ -1,0 +1,236 @@
+"""``TaskScheduler``: which task gets the next round of search when many are tuned at once.
+
+A round of task i is ``policy.next_batch(measure_batch)``, ``measurer.measure(task, states)``,
+``policy.update(states, costs)``, then the task's best latency ``measurer.best_cost(task)``.
+The policies and the measurer are handed in (the dependency rule: this package does not
+import ``autosched``); anything with those methods will do, e.g. a fake measurer in tests.
+
+Strategies: "gradient" (Ansor: one warm-up pass of round robin, then the task with the
+largest |∂f/∂t_i| by the gradient approximation in ``gradient``, ε-greedy) and
+"round-robin" (equal rounds for all tasks: the ablation of the paper's Fig. 10).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .gradient import (ALPHA, BACKWARD_WINDOW, BETA, EPS_GREEDY, NO_PROGRAM, choose_task, similarity_groups,
+                       task_gradients)
+from .objectives import Objective, make_objective
+
+STRATEGIES = ("gradient", "round-robin")
+
+
+def similarity_tag(dag) -> str:
+    """The operator tag of a task for similarity: the tags of its stages with a reduction
+    (e.g. "conv2d_nhwc"), "" for a task without any (such tasks group with nothing)."""
+    tags = []
+    for op in dag.compute_ops:
+        if getattr(op, "reduce_axis", ()) and op.tag and op.tag not in tags:
+            tags.append(op.tag)
+    return "+".join(tags)
+
+
+class TaskScheduler:
+    """Allocates search rounds to ``tasks`` (``ir.SearchTask``s) to minimise ``objective``.
+
+    ``objective``: an ``Objective``, a name ("latency" f1, "requirement" f2, "speedup" f3,
+    "early_stopping" f4; see ``objectives.make_objective``) or a callable of the task
+    latencies; ``weights`` ((networks × tasks) counts, default one network with every task
+    once) feeds the named ones. ``flops``/``tags``/``names`` default to each task's flop
+    count, ``similarity_tag`` and ``desc``. ``early_stopping_per_task``: a task that went
+    this many trials without improving is retired. ``callbacks``: objects with any of
+    ``on_start(scheduler)``, ``on_round(scheduler, task_index)``, ``on_end(scheduler)``.
+    Deterministic for a ``seed`` given the same measurements."""
+
+    def __init__(self, tasks: Sequence, objective=None, *, weights=None, network_names=None, flops=None,
+                 tags=None, names=None, strategy: str = "gradient", alpha: float = ALPHA, beta: float = BETA,
+                 backward_window: int = BACKWARD_WINDOW, eps_greedy: float = EPS_GREEDY,
+                 early_stopping_per_task: int | None = None, seed: int = 0, callbacks=(), **objective_kwargs):
+        self.tasks = list(tasks)
+        n = len(self.tasks)
+        if n == 0:
+            raise ValueError("TaskScheduler needs at least one task")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
+        if weights is None:
+            weights = np.ones((1, n))
+        self.objective: Objective = make_objective(objective, weights, network_names, **objective_kwargs)
+        if self.objective.n_tasks != n:
+            raise ValueError(f"the objective has {self.objective.n_tasks} tasks, the scheduler {n}")
+        self.flops = [float(f) for f in (flops if flops is not None else [t.dag.flop_count() for t in self.tasks])]
+        self.tags = list(tags) if tags is not None else [similarity_tag(t.dag) for t in self.tasks]
+        self.names = list(names) if names is not None else \
+            [getattr(t, "desc", "") or f"task{i}" for i, t in enumerate(self.tasks)]
+        self.groups = similarity_groups(self.tags, self.flops)
+        self.strategy = strategy
+        self.alpha, self.beta, self.backward_window, self.eps_greedy = alpha, beta, backward_window, eps_greedy
+        self.early_stopping_per_task = early_stopping_per_task
+        self.rng = np.random.default_rng(seed)
+        self.callbacks = list(callbacks)
+        # per task
+        self.best_costs = np.full(n, NO_PROGRAM)
+        self.histories: list[list[float]] = [[] for _ in range(n)]
+        self.rounds = [0] * n
+        self.trials = [0] * n
+        self.last_improved = [0] * n
+        self.dead = [False] * n
+        # the run
+        self.total_trials = 0           # measured in this session
+        self.choices: list[int] = []    # the task of each round, in order
+        self.curve: list[dict] = []     # after each round: trials, seconds, objective, network latencies
+        self.stop_reason = ""
+        self._rr_next = 0
+        self._start = time.perf_counter()
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.tasks)
+
+    # state ------------------------------------------------------------------------------
+    def restore(self, i: int, best_cost: float, measured: int, measure_batch: int) -> None:
+        """Take in what a resumed log says of task i: its best latency and how many of its
+        programs were measured (counted as ceil(measured / measure_batch) past rounds)."""
+        if measured <= 0:
+            return
+        rounds = max(1, math.ceil(measured / measure_batch))
+        self.best_costs[i] = min(self.best_costs[i], best_cost)
+        self.rounds[i] += rounds
+        self.trials[i] += measured
+        self.last_improved[i] = self.trials[i]
+        self.histories[i].extend([float(self.best_costs[i])] * rounds)
+
+    def record_round(self, i: int, best_cost: float, measured: int) -> None:
+        """Book one round of task i that measured ``measured`` programs and left its best
+        latency at ``best_cost`` (callbacks run here)."""
+        improved = best_cost < self.best_costs[i]
+        self.best_costs[i] = min(float(best_cost), self.best_costs[i])
+        self.rounds[i] += 1
+        self.trials[i] += measured
+        self.total_trials += measured
+        self.histories[i].append(float(self.best_costs[i]))
+        self.choices.append(i)
+        if improved:
+            self.last_improved[i] = self.trials[i]
+        elif self.early_stopping_per_task is not None and \
+                self.trials[i] - self.last_improved[i] >= self.early_stopping_per_task:
+            self.dead[i] = True
+        self.curve.append({"trials": self.total_trials, "seconds": time.perf_counter() - self._start,
+                           "task": i, "objective": self.objective_value(),
+                           "latencies": [float(x) for x in self.network_latencies()]})
+        for cb in self.callbacks:
+            if hasattr(cb, "on_round"):
+                cb.on_round(self, i)
+
+    def objective_value(self) -> float:
+        return self.objective.value(self.best_costs, self.histories)
+
+    def network_latencies(self) -> np.ndarray:
+        """Estimated end-to-end latency of each network (seconds): Σ_i w_ij·g_i."""
+        return self.objective.network_latencies(self.best_costs)
+
+    def objective_gradient(self) -> np.ndarray:
+        return np.asarray(self.objective.gradient(self.best_costs, self.histories), dtype=np.float64)
+
+    def gradients(self) -> np.ndarray:
+        """∂f/∂t_i of every task now (0 for retired tasks)."""
+        return task_gradients(self.best_costs, self.histories, self.rounds, self.flops, self.groups,
+                              self.objective_gradient(), self.alpha, self.beta, self.backward_window, self.dead)
+
+    # choosing ---------------------------------------------------------------------------
+    def next_task(self) -> int | None:
+        """The task of the next round: first every alive task once (warm-up), then by the
+        strategy. None when no task is alive, or (gradient strategy) when the objective has
+        nothing more to gain from any alive task (∂f/∂g_i = 0 for all of them)."""
+        alive = [not d for d in self.dead]
+        if not any(alive):
+            self.stop_reason = "every task is retired"
+            return None
+        for i in range(self.n_tasks):
+            if alive[i] and self.rounds[i] == 0:
+                return i
+        if self.strategy == "round-robin":
+            for k in range(self.n_tasks):
+                i = (self._rr_next + k) % self.n_tasks
+                if alive[i]:
+                    self._rr_next = i + 1
+                    return i
+        dfdg = self.objective_gradient()
+        if not any(alive[i] and dfdg[i] != 0 for i in range(self.n_tasks)):
+            self.stop_reason = "the objective has nothing left to gain"
+            return None
+        return choose_task(self.gradients(), alive, self.rng, self.eps_greedy)
+
+    # tuning -----------------------------------------------------------------------------
+    def tune_task(self, i: int, policy, measurer, n: int) -> int:
+        """One round of task i: up to ``n`` new programs measured; returns how many. A task
+        whose policy proposes nothing is retired."""
+        task = self.tasks[i]
+        states = policy.next_batch(n)
+        if not states:
+            self.dead[i] = True
+            return 0
+        results = measurer.measure(task, states)
+        policy.update(states, [r.mean_cost if r.ok else None for r in results])
+        self.record_round(i, measurer.best_cost(task), len(states))
+        return len(states)
+
+    def tune(self, policies: Sequence, measurer, trials: int, measure_batch: int = 64,
+             early_stopping: int | None = None) -> "TaskScheduler":
+        """Spend up to ``trials`` measurements, ``measure_batch`` per round, over the tasks
+        (``policies[i]`` searches task i). ``early_stopping``: stop once the objective has
+        not improved for that many trials."""
+        if len(policies) != self.n_tasks:
+            raise ValueError(f"{len(policies)} policies for {self.n_tasks} tasks")
+        if trials < 0 or measure_batch < 1:
+            raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
+        self._start = time.perf_counter()
+        for cb in self.callbacks:
+            if hasattr(cb, "on_start"):
+                cb.on_start(self)
+        best_value, best_at = self.objective_value(), 0
+        try:
+            while self.total_trials < trials:
+                i = self.next_task()
+                if i is None:
+                    break
+                self.tune_task(i, policies[i], measurer, min(measure_batch, trials - self.total_trials))
+                value = self.objective_value()
+                if value < best_value:
+                    best_value, best_at = value, self.total_trials
+                elif early_stopping is not None and self.total_trials - best_at >= early_stopping:
+                    self.stop_reason = f"no improvement of the objective in {early_stopping} trials"
+                    break
+            else:
+                self.stop_reason = f"{trials} trials spent"
+        finally:
+            for cb in self.callbacks:
+                if hasattr(cb, "on_end"):
+                    cb.on_end(self)
+        return self
+
+    # display ----------------------------------------------------------------------------
+    def table(self) -> str:
+        """The per-task table (latency, speed, weight, trials) and the estimate per network."""
+        weight = self.objective.weights.sum(axis=0)
+        width = max([len("Task")] + [min(len(n), 48) for n in self.names])
+        head = f"|  ID | {'Task':<{width}} | Weight | Latency (ms) | Speed (GFLOPS) | Trials | Status |"
+        rule = "-" * len(head)
+        lines = [rule, head, rule]
+        for i in range(self.n_tasks):
+            ok = self.best_costs[i] < NO_PROGRAM
+            lat = f"{1e3 * self.best_costs[i]:.4f}" if ok else "-"
+            speed = f"{self.flops[i] / self.best_costs[i] / 1e9:.2f}" if ok and self.flops[i] else "-"
+            status = "retired" if self.dead[i] else ""
+            lines.append(f"| {i:3d} | {self.names[i][:48]:<{width}} | {weight[i]:6g} | {lat:>12} | {speed:>14} | "
+                         f"{self.trials[i]:6d} | {status:>6} |")
+        lines.append(rule)
+        lat = self.network_latencies()
+        est = ", ".join(f"{n}: {1e3 * v:.3f} ms" if v < NO_PROGRAM else f"{n}: -" for n, v in
+                        zip(self.objective.names, lat))
+        lines.append(f"Estimated latency: {est} | objective ({self.objective.name}): {self.objective_value():.6g} | "
+                     f"trials: {self.total_trials} | {time.perf_counter() - self._start:.0f} s")
+        return "\n".join(lines)

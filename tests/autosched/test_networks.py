@@ -1,0 +1,119 @@
+"""tune_networks end to end on tiny networks: the scheduler drives real search and
+measurement, the tuned network runs and matches numpy, a run resumes from its log; several
+networks share tasks; the command line."""
+import warnings
+
+import numpy as np
+import pytest
+
+import autosched
+import ir
+from autosched import UntunedWorkloadWarning, networks
+from autosched import graph as G
+from evolution import SearchParams, XGBoostModel
+
+HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
+SMALL_SEARCH = SearchParams(population=32, generations=1, init_min_population=8)
+
+
+@pytest.fixture(scope="module")
+def pools():
+    """Worker processes shared by the tests (a measurer leaves pools it was given running)."""
+    builder = autosched.WorkerPool(2, timeout=15, name="test-builder")
+    runner = autosched.WorkerPool(1, timeout=10, name="test-runner")
+    yield builder, runner
+    builder.shutdown(wait=True, cancel_futures=True)
+    runner.shutdown(wait=True, cancel_futures=True)
+
+
+def measuring(pools):
+    return dict(builder=autosched.LocalBuilder(executor=pools[0]),
+                runner=autosched.LocalRunner(min_repeat_ms=2, repeat=3, executor=pools[1]))
+
+
+def tiny(seed=0, channels=8, blocks=1):
+    b = G.GraphBuilder(f"tiny{channels}_{seed}", seed=seed)
+    x = b.input((1, 6, 6, 4))
+    a = b.relu(b.batch_norm(b.conv2d(x, channels, 3, padding=1)))
+    for _ in range(blocks):
+        a = b.relu(b.add(b.batch_norm(b.conv2d(a, channels, 3, padding=1)), a))
+    y = b.dense(b.reshape(b.global_avg_pool(a), (1, channels)), 10)
+    return b.graph([y])
+
+
+def test_tune_network_runs_verifies_and_resumes(tmp_path, pools):
+    log = str(tmp_path / "net.jsonl")
+    g = tiny(blocks=0)
+    kwargs = dict(measure_batch=2, log_file=log, cost_model=XGBoostModel(num_warmup_sample=8, seed=0),
+                  search_params=SMALL_SEARCH, hardware=HW, verbose=0, **measuring(pools))
+    res = autosched.tune_networks(g, trials=10, seed=0, **kwargs)
+    assert res.trials == 10 and len(res.tasks) == 3
+    assert res.scheduler.choices[:3] == [0, 1, 2]                      # warm-up: every task once
+    assert all(c < 1 for c in res.best_costs)                          # every task has a valid program
+    assert set(res.best_states) == {t.workload_key for t in res.tasks}
+    est = res.estimated_latencies()["tiny8_0"]
+    assert est == pytest.approx(sum(res.best_costs))                   # each task once in this network
+    assert [p["trials"] for p in res.curve] == [2, 4, 6, 8, 10]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UntunedWorkloadWarning)
+        ex = res.executor(0)
+    ok, err = ex.verify(rtol=1e-4)
+    assert ok, err
+    # the log serves an executor just as well
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UntunedWorkloadWarning)
+        from_log = G.GraphExecutor(res.networks[0], log_file=log)
+    assert from_log.verify(rtol=1e-4)[0]
+    records = [line for line in open(log) if line.strip() and not line.startswith("#")]
+    assert len(records) == 10
+    # resume: the scheduler starts from the log's rounds, only new programs are measured
+    again = autosched.tune_networks(g, trials=4, seed=1, **kwargs)
+    assert again.trials == 4
+    assert sum(again.scheduler.rounds) == 5 + 2
+    assert all(a <= b * (1 + 1e-9) for a, b in zip(again.best_costs, res.best_costs))
+    records = [line for line in open(log) if line.strip() and not line.startswith("#")]
+    assert len(records) == 14
+    programs = [autosched.TuningRecord.from_json(r).program for r in records]
+    assert len(set(programs)) == len(programs)
+
+
+def test_several_networks_share_tasks_and_weights(pools):
+    a, b = tiny(0, 8, blocks=0), tiny(1, 8, blocks=0)       # same shapes, other weights: the same 3 tasks
+    c = tiny(0, 16, blocks=0)
+    res = autosched.tune_networks([a, b, c], trials=9, measure_batch=1, cost_model="random",
+                                  search_params=SMALL_SEARCH, hardware=HW, verbose=0, **measuring(pools),
+                                  objective="requirement", latency_requirements=[1.0, 1.0, 1e-9],
+                                  strategy="gradient", eps_greedy=0.0)
+    assert len(res.tasks) == 6
+    np.testing.assert_array_equal(res.weights[0], res.weights[1])
+    assert res.weights[:2, :3].sum() == 6 and res.weights[2, 3:].sum() == 3
+    assert res.weights[:2, 3:].sum() == 0 and res.weights[2, :3].sum() == 0
+    # networks 0 and 1 meet 1 s at once: after the warm-up all rounds go to network 2's tasks
+    assert res.scheduler.choices[:6] == list(range(6))
+    assert res.scheduler.choices[6:] and all(i >= 3 for i in res.scheduler.choices[6:])
+    lat = res.estimated_latencies()
+    assert lat["tiny8_0"] == pytest.approx(lat["tiny8_1"]) and set(lat) == {"tiny8_0", "tiny8_1", "tiny16_0"}
+
+
+def test_tune_networks_arguments():
+    with pytest.raises(ValueError, match="latency_requirements"):
+        autosched.tune_networks(tiny(), trials=4, objective="requirement", verbose=0)
+    with pytest.raises(TypeError, match="network name"):
+        autosched.tune_networks(42, trials=4)
+    with pytest.raises(ValueError, match="unknown network"):
+        autosched.tune_networks("alexnet", trials=4)
+
+
+def test_command_line_tunes_a_network(monkeypatch, capsys, tmp_path, pools):
+    from autosched.cli import main
+    real = networks.tune_networks
+    monkeypatch.setattr(networks, "get_network", lambda name, batch=1, seed=0: tiny(seed, blocks=0))
+    monkeypatch.setattr(networks, "tune_networks", lambda *a, **k: real(*a, search_params=SMALL_SEARCH,
+                                                                        cost_model="random", **measuring(pools), **k))
+    rc = main(["tune", "--network", "resnet50", "--trials", "3", "--batch", "1",
+               "--log-file", str(tmp_path / "cli.jsonl")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "end-to-end" in out and "verified against numpy: OK" in out and "Estimated latency" in out
+    with pytest.raises(SystemExit, match="--network"):
+        main(["tune"])
