@@ -24,7 +24,7 @@ from task_scheduler import PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
-from .records import read_records
+from .records import programs_of, read_records
 from .tune import make_cost_model
 
 
@@ -134,14 +134,7 @@ def _resume(tasks, policies, model, log_file) -> list[int]:
         by_key.setdefault(rec.workload_key, []).append(rec)
     collector = _CollectUpdates()
     for i, (task, policy) in enumerate(zip(tasks, policies)):
-        states, costs = [], []
-        for rec in by_key.get(task.workload_key, []):
-            try:
-                state = rec.state(task.dag)
-            except (ir.InvalidStep, ValueError, KeyError, IndexError):
-                continue
-            states.append(state)
-            costs.append(rec.mean_cost if rec.ok else None)
+        states, costs = programs_of(by_key.get(task.workload_key, []), task)
         counts[i] = len(states)
         if states:
             real, policy.model = policy.model, collector

@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import statistics
 import time
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
-from .measure.common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult
+import ir
+
+from .measure.common import HasCosts, MeasureInput, MeasureResult
 
 #: the version of the record format written here (readers skip newer lines with a warning)
 RECORD_VERSION = 1
@@ -36,7 +37,7 @@ class UntunedWorkloadWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class TuningRecord:
+class TuningRecord(HasCosts):
     """One measured program. ``steps`` are step records (JSON lists); ``state(dag)``
     replays them on the task's DAG."""
     workload_key: str
@@ -55,15 +56,6 @@ class TuningRecord:
     run_time: float = 0.0
     repeats: int = 0
     saved_repeats: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.error_no == MeasureErrorNo.NO_ERROR
-
-    @property
-    def mean_cost(self) -> float:
-        """Mean seconds per call; ``MAX_COST`` (1e10) for a failed measurement."""
-        return statistics.fmean(self.costs) if self.ok and self.costs else MAX_COST
 
     def state(self, dag):
         """The recorded program, replayed on ``dag`` (which must be the recorded workload)."""
@@ -381,3 +373,19 @@ def apply_history_best(source, target: str | None = None):
     history = HistoryBest(source, None if target == "any" else target)
     with build_with(history):
         yield history
+
+
+def programs_of(records: Iterable[TuningRecord], task) -> tuple[list, list]:
+    """The programs of ``task`` in ``records``, replayed on its DAG, and their costs (None
+    for a failed measurement); records that no longer replay are skipped."""
+    states, costs = [], []
+    for rec in records:
+        if rec.workload_key != task.workload_key:
+            continue
+        try:
+            state = rec.state(task.dag)
+        except (ir.InvalidStep, ValueError, KeyError, IndexError):
+            continue
+        states.append(state)
+        costs.append(rec.mean_cost if rec.ok else None)
+    return states, costs

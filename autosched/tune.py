@@ -11,7 +11,7 @@ import ir
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel
 
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
-from .records import read_records
+from .records import programs_of, read_records
 from .space import as_task
 
 
@@ -118,17 +118,9 @@ def _resume(task, policy: SketchPolicy, log_file: str | None) -> None:
     if not log_file:
         return
     try:
-        records = [r for r in read_records(log_file) if r.workload_key == task.workload_key]
+        states, costs = programs_of(read_records(log_file), task)
     except FileNotFoundError:
         return
-    states, costs = [], []
-    for rec in records:
-        try:
-            state = rec.state(task.dag)
-        except (ir.InvalidStep, ValueError, KeyError, IndexError):
-            continue
-        states.append(state)
-        costs.append(rec.mean_cost if rec.ok else None)
     if states:
         policy.update(states, costs)
 

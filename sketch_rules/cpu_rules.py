@@ -1,10 +1,8 @@
 """The CPU derivation rules of Ansor's Table 1, in the order they are tried."""
 from __future__ import annotations
 
-import ir
-
 from . import analysis as A
-from .rule import Condition, SketchContext, SketchRule
+from .rule import Condition, SketchRule
 from .tiling import follow_tiling, multi_level_tiling
 
 CPU_STRUCTURE = "SSRSRS"

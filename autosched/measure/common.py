@@ -78,8 +78,22 @@ class BuildResult:
     time_cost: float = 0.0
 
 
+class HasCosts:
+    """``ok`` and ``mean_cost`` of anything with ``error_no`` and ``costs`` (a measurement
+    result, a tuning record)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_no == MeasureErrorNo.NO_ERROR
+
+    @property
+    def mean_cost(self) -> float:
+        """Mean seconds per call over the repeats; ``MAX_COST`` for a failed measurement."""
+        return statistics.fmean(self.costs) if self.ok and self.costs else MAX_COST
+
+
 @dataclass(frozen=True)
-class MeasureResult:
+class MeasureResult(HasCosts):
     """The outcome of measuring one program.
 
     ``costs``: seconds per call, one per repeat (``(MAX_COST,)`` on error); ``all_cost``:
@@ -100,15 +114,6 @@ class MeasureResult:
     number: int = 0
     kernel_time: float = 0.0
     verified: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error_no == MeasureErrorNo.NO_ERROR
-
-    @property
-    def mean_cost(self) -> float:
-        """Mean seconds per call over the repeats; ``MAX_COST`` for a failed measurement."""
-        return statistics.fmean(self.costs) if self.ok and self.costs else MAX_COST
 
     @property
     def error(self) -> MeasureErrorNo:
