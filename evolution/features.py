@@ -19,10 +19,15 @@ Definitions (a statement with loops ``0..n-1`` from outer to inner, ``P`` the pr
 their extents, ``L`` the cache line in bytes, ``F_b(l)`` the footprint of buffer ``b`` in
 elements over loops ``l..n-1``):
 
-- op counts: per statement execution, times ``P`` (vector lanes count, since vectorised
-  loops are in ``P``); ``x*y+z`` counts one multiply-add, not a multiply and an add; index
-  arithmetic and guard conditions count as integer and bool ops.
-- bytes = accesses of ``b`` in the statement × ``P`` × element size; unique bytes =
+- guards: a guard ``sum(q_i x_i) < c`` (q_i > 0; from splits that do not divide, or tiles
+  larger than the region of a stage computed inside another) caps each x_i's *effective*
+  extent at ``ceil(c / q_i)``; ``P_eff`` is their product. Work and memory features use
+  effective extents; the loop structure (outer_prod, annotations, the guard's own ops)
+  uses the real ones.
+- op counts: per statement execution, times ``P_eff`` (vector lanes count, since vectorised
+  loops are in it); ``x*y+z`` counts one multiply-add, not a multiply and an add; index
+  arithmetic counts on its affine normal form; guard conditions count ``P`` times.
+- bytes = accesses of ``b`` in the statement × ``P_eff`` × element size; unique bytes =
   ``F_b(0)`` × element size; stride = |coefficient| of the innermost loop that moves the
   access (in elements, 0 if none does); lines = cache lines fetched when a line stays
   cached while consecutive iterations touch it: with ``k`` that innermost moving loop and
@@ -34,6 +39,10 @@ elements over loops ``l..n-1``):
   all statements under the innermost of them touch; a loop under which several statements
   access the buffer gives *serial multiple read/write* reuse (count = statements − 1);
   otherwise *no reuse*.
+- loop kinds are those the code generator emits: a serial loop under an
+  ``auto_unroll_max_step`` pragma whose nest has at most that many iterations counts as
+  unrolled. GPU binding features stay 0: only CPU programs lower (a GPU-bound program gets
+  an empty matrix, like any program that does not lower).
 - buffers are sorted by (lines, bytes), largest first; the first five are kept.
 - arithmetic intensity curve: at each loop level ``j`` (inner to outer) flops
   ``f*prod(e_j..e_{n-1})`` over bytes ``sum_b F_b(j)*size``, as a function of log2(flops),
@@ -84,7 +93,8 @@ def _layout() -> list[tuple[str, str]]:
     rows.append(("bool_op", "and/or/not, × outer loop product"))
     rows.append(("select_op", "selects, × outer loop product"))
     for short, kind in _ANNOTATIONS:
-        rows.append((f"{short}_num", f"number of {kind} loops around the statement"))
+        rows.append((f"{short}_num", f"number of {kind} loops around the statement" +
+                     (" (with those auto_unroll_max_step unrolls)" if kind == "unroll" else "")))
         rows.append((f"{short}_prod", f"product of the extents of the {kind} loops"))
         rows.append((f"{short}_len", f"extent of the innermost {kind} loop"))
         for pos in POSITIONS:
@@ -158,21 +168,41 @@ class _Loop:
 
 
 class _Statement:
-    __slots__ = ("store", "loops", "guards", "unroll", "alloc_outer", "counts", "loads", "accesses",
-                 "prod")
+    __slots__ = ("store", "loops", "real", "eff", "guards", "unroll", "alloc_outer", "counts", "guard_counts",
+                 "loads", "accesses", "prod", "prod_eff")
 
     def __init__(self, store, loops, guards, unroll, alloc_outer):
         self.store, self.loops, self.guards = store, loops, guards
         self.unroll, self.alloc_outer = unroll, alloc_outer
 
 
+def _nest_trips(s) -> int:
+    """Iterations of the deepest path through a loop nest: what ``auto_unroll_max_step``
+    compares with (as the code generator does)."""
+    t = type(s)
+    if t is For:
+        return s.extent * _nest_trips(s.body)
+    if t is Seq:
+        return max((_nest_trips(x) for x in s.stmts), default=1)
+    if t is IfThenElse:
+        return max(_nest_trips(s.then), _nest_trips(s.otherwise) if s.otherwise is not None else 1)
+    if t is Allocate or t is Pragma:
+        return _nest_trips(s.body)
+    return 1
+
+
 def _collect(stmt, loops, guards, unroll, allocs, out, counter) -> None:
     """Every Store under ``stmt`` with its loops (outer to inner), guards, pragma and the
-    outer loop product at its buffer's allocation."""
+    outer loop product at its buffer's allocation. A serial loop under an
+    ``auto_unroll_max_step`` pragma whose nest has at most that many iterations is taken
+    as unrolled, since the code generator unrolls it."""
     t = type(stmt)
     if t is For:
         counter[0] += 1
-        loops.append(_Loop(counter[0], stmt.var, stmt.extent, stmt.kind))
+        kind = stmt.kind
+        if unroll and kind == "serial" and _nest_trips(stmt) <= unroll:
+            kind = "unroll"
+        loops.append(_Loop(counter[0], stmt.var, stmt.extent, kind))
         _collect(stmt.body, loops, guards, unroll, allocs, out, counter)
         loops.pop()
     elif t is Seq:
@@ -197,7 +227,16 @@ def _collect(stmt, loops, guards, unroll, allocs, out, counter) -> None:
         _collect(stmt.body, loops, guards, value, allocs, out, counter)
 
 
-def _count_ops(root: E.Expr, counts: list, loads: list | None) -> None:
+def _affine(e: E.Expr, memo: dict):
+    """(terms, constant) of ``e`` (see ``_linear``), memoised by node for one loop nest."""
+    hit = memo.get(id(e))
+    if hit is None:
+        raw: dict = {}
+        hit = memo[id(e)] = (raw, _linear(e, raw, 1))
+    return hit
+
+
+def _count_ops(root: E.Expr, counts: list, loads: list | None, memo: dict) -> None:
     """Add the operations of ``root`` to ``counts`` (16 slots); collect its loads."""
     stack = [root]
     Binary, Compare, Select, Call, Cast, Not = E.Binary, E.Compare, E.Select, E.Call, E.Cast, E.Not
@@ -212,7 +251,7 @@ def _count_ops(root: E.Expr, counts: list, loads: list | None) -> None:
                 stack.append(x.b)
                 continue
             if x.dtype in dt.INT_TYPES:
-                _count_affine(x, counts, stack)
+                _count_affine(x, counts, stack, memo)
                 continue
             base = 0
             a, b = x.a, x.b
@@ -261,15 +300,52 @@ def _count_ops(root: E.Expr, counts: list, loads: list | None) -> None:
         # Var, Const: nothing
 
 
-def _count_affine(x: E.Binary, counts: list, stack: list) -> None:
+def _bound_extents(cond: E.Expr, level_of: dict, eff: list, memo: dict) -> None:
+    """Tighten ``eff`` (extents by level) with the upper bounds a guard puts on loops: in a
+    conjunct ``sum(q_i x_i) + c < 0`` (or ``<= 0``) over loop variables with all q_i > 0,
+    x_i < ceil(-c / q_i) since the others can be 0."""
+    t = type(cond)
+    if t is E.Binary and cond.op == "and":
+        _bound_extents(cond.a, level_of, eff, memo)
+        _bound_extents(cond.b, level_of, eff, memo)
+        return
+    if t is not E.Compare or cond.a.dtype not in dt.INT_TYPES:
+        return
+    op = cond.op
+    if op in ("<", "<="):
+        lhs, rhs = cond.a, cond.b
+    elif op in (">", ">="):
+        lhs, rhs = cond.b, cond.a
+    else:
+        return
+    terms_a, ca = _affine(lhs, memo)
+    terms_b, cb = _affine(rhs, memo)
+    if any(coef for _, coef in terms_b.values()):
+        return
+    bound = cb - ca - (1 if op in ("<", ">") else 0)       # sum(q_i x_i) <= bound
+    vars_ = []
+    for atom, coef in terms_a.values():
+        if coef == 0:
+            continue
+        if atom[0] != "v" or coef < 0:
+            return
+        lv = level_of.get(id(atom[1]))
+        if lv is not None:          # otherwise a loop of extent 1: always 0
+            vars_.append((lv, coef))
+    if bound < 0:
+        return                                              # never true: leave it to the code
+    for lv, coef in vars_:
+        eff[lv] = min(eff[lv], bound // coef + 1)
+
+
+def _count_affine(x: E.Binary, counts: list, stack: list, memo: dict) -> None:
     """Integer arithmetic counted on its affine normal form ``sum(c_i * a_i) + c0``, so that
     the count does not depend on how the expression happens to be written: evaluated as
     ``a_1 + c_2*a_2 + ...`` starting from a term with |c| = 1 when there is one (else one
     multiply), a multiply-add per other term with |c| != 1, an add per other term with
     |c| = 1 and for the constant, one div/mod per ``//`` or ``%`` of a fused loop's digit;
     what is not affine is counted as it is written."""
-    raw: dict = {}
-    const = _linear(x, raw, 1)
+    raw, const = _affine(x, memo)
     n_terms = n_unit = 0
     for atom, coef in raw.values():
         if coef == 0:
@@ -374,12 +450,13 @@ class _Access:
         self.buffer, self.is_write = buffer, is_write
 
 
-def _analyse_access(buffer, index, is_write: bool, level_of: dict, loops) -> _Access:
-    """Split the flat index of an access into (dimension, |per-dim coef|, extent, level) terms."""
+def _analyse_access(buffer, index, is_write: bool, level_of: dict, extents, memo: dict) -> _Access:
+    """Split the flat index of an access into (dimension, |per-dim coef|, extent, level) terms;
+    ``extents`` are the (effective) extents of the statement's loops of extent > 1, which
+    the levels index."""
     acc = _Access(buffer, is_write)
-    raw: dict = {}
-    const = _linear(index, raw, 1)
-    n = len(loops)
+    raw, const = _affine(index, memo)
+    n = len(extents)
     moves = [False] * n            # does loop l move the access?
     first_coef = [0] * n           # |flat coefficient| of loop l's innermost digit
     items = []                     # (level, |flat coef|, extent)
@@ -396,7 +473,7 @@ def _analyse_access(buffer, index, is_write: bool, level_of: dict, loops) -> _Ac
                 continue
             width = 1
             for lv in set(levels):
-                width *= loops[lv].extent
+                width *= extents[lv]
             opaque.append((max(levels), width))
             for lv in levels:
                 moves[lv] = True
@@ -407,7 +484,7 @@ def _analyse_access(buffer, index, is_write: bool, level_of: dict, loops) -> _Ac
             continue
         by_var.setdefault(lv, []).append((atom[2], atom[3], coef))
     for lv, uses in by_var.items():
-        extent = loops[lv].extent
+        extent = extents[lv]
         if extent <= 1:
             continue
         bps = {1}
@@ -555,9 +632,11 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64) -> np.ndarra
         return rows
     loop_bytes: dict = {}     # loop uid -> bytes touched by all statements under one execution
     loop_entries: dict = {}   # (loop uid, buffer) -> footprints at that loop, one per statement
+    memo: dict = {}           # affine forms of index expressions
 
     for st in statements:
-        loops = st.loops
+        # memory features look at loops of extent > 1 only (the others change nothing)
+        loops = st.real = [lp for lp in st.loops if lp.extent > 1]
         n = len(loops)
         prod = 1
         level_of = {}
@@ -565,20 +644,28 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64) -> np.ndarra
             prod *= lp.extent
             level_of[id(lp.var)] = lv
         st.prod = prod
+        # guards (of splits that do not divide, of oversized tiles) bound the iterations
+        # that do the work: effective extents
+        eff = st.eff = [lp.extent for lp in loops]
+        guard_counts = [0] * 16
+        for g in st.guards:
+            _count_ops(g, guard_counts, None, memo)
+            _bound_extents(g, level_of, eff, memo)
+        st.prod_eff = prod_eff = math.prod(eff)
         counts = [0] * 16
         loads: list = []
         store = st.store
-        _count_ops(store.value, counts, loads)
-        _count_ops(store.index, counts, None)
-        for g in st.guards:
-            _count_ops(g, counts, None)
+        _count_ops(store.value, counts, loads, memo)
+        _count_ops(store.index, counts, None, memo)
         st.counts = counts
+        st.guard_counts = guard_counts
         # accesses grouped by buffer
         by_buffer: dict = {}
         for ld in loads:
-            by_buffer.setdefault(ld.buffer, []).append(_analyse_access(ld.buffer, ld.index, False, level_of, loops))
+            by_buffer.setdefault(ld.buffer, []).append(
+                _analyse_access(ld.buffer, ld.index, False, level_of, eff, memo))
         by_buffer.setdefault(store.buffer, []).append(
-            _analyse_access(store.buffer, store.index, True, level_of, loops))
+            _analyse_access(store.buffer, store.index, True, level_of, eff, memo))
         accesses = []
         for buf, accs in by_buffer.items():
             forms = {}
@@ -611,17 +698,17 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64) -> np.ndarra
 
 
 def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, line_bytes) -> None:
-    loops = st.loops
+    loops = st.real            # loops of extent > 1, outer to inner
+    eff = st.eff               # their extents where the statement's guards hold
     n = len(loops)
-    prod = st.prod
+    prod, prod_eff = st.prod, st.prod_eff
     counts = st.counts
-    row[:16] = counts
-    row[:16] *= prod
+    row[:16] = [c * prod_eff + g * prod for c, g in zip(counts, st.guard_counts)]
     # annotations
     stage = stages_by_name.get(st.store.buffer.name)
     for kind, base in _ANN_COL.items():
         num, aprod, innermost = 0, 1, None
-        for lp in loops:
+        for lp in st.loops:
             if lp.kind == kind:
                 num += 1
                 aprod *= lp.extent
@@ -642,17 +729,15 @@ def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, lin
         writes = any(a.is_write for a in accs)
         acc_type = 2 if reads and writes else 1 if writes else 0
         main = distinct[0]
-        nbytes = len(accs) * prod * itemsize
+        nbytes = len(accs) * prod_eff * itemsize
         unique_bytes = foot[0] * itemsize
         # stride and lines
         stride, lines = 0, 1
         for k in range(n - 1, -1, -1):
             if main.moves[k]:
                 stride = main.first_coef[k]
-                outer = 1
-                for lp in loops[:k]:
-                    outer *= lp.extent
-                ext = loops[k].extent
+                outer = math.prod(eff[:k])
+                ext = eff[k]
                 if stride and stride < line_elems:
                     lines = outer * math.ceil(ext * stride / line_elems)
                 else:
@@ -666,19 +751,20 @@ def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, lin
         it_acc, by_acc = 1.0, 0.0
         for k in range(n - 1, -1, -1):
             lp = loops[k]
-            if lp.extent <= 1:
+            ext = eff[k]
+            if ext <= 1:
                 continue
             if any(a.moves[k] for a in distinct):
-                it_acc *= lp.extent
+                it_acc *= ext
                 by_acc = loop_bytes[lp.uid]
             else:
-                reuse_type, dis_iter, dis_bytes, reuse_ct = 0, it_acc, by_acc, lp.extent
+                reuse_type, dis_iter, dis_bytes, reuse_ct = 0, it_acc, by_acc, ext
                 break
             entries = loop_entries[(lp.uid, buf)]
             if len(entries) > 1:
                 reuse_type = 1
-                dis_iter = min(entries) / lp.extent
-                dis_bytes = loop_bytes[lp.uid] / lp.extent
+                dis_iter = min(entries) / ext
+                dis_bytes = loop_bytes[lp.uid] / ext
                 reuse_ct = len(entries) - 1
                 break
         div = max(reuse_ct, 0.5)
@@ -701,9 +787,9 @@ def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, lin
         ops = float(flops)
         for k in range(n, -1, -1):      # level n: one execution; level 0: the whole nest
             if k < n:
-                ops *= loops[k].extent
-                if loops[k].extent == 1:
+                if eff[k] == 1:
                     continue
+                ops *= eff[k]
             mem = 0.0
             for buf, _, _, foot in st.accesses:
                 mem += foot[k] * dt.itemsize(buf.dtype)
@@ -716,7 +802,7 @@ def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, lin
         outer = st.alloc_outer if st.alloc_outer is not None else 1
         row[ALLOC_BASE:ALLOC_BASE + 4] = (buf.size * dt.itemsize(buf.dtype), buf.size * outer, outer, prod / outer)
     row[OUTER_BASE] = prod
-    row[OUTER_BASE + 1] = sum(1 for lp in loops if lp.extent > 1)
+    row[OUTER_BASE + 1] = n
     row[OUTER_BASE + 2] = st.unroll
 
 

@@ -235,6 +235,8 @@ def test_auto_unroll_pragma_and_reduce_positions():
     init, update = raw_rows(ir.SearchTask(dag, layout_rewrite=False), s)
     assert update["auto_unroll_max_step"] == 64 and init["auto_unroll_max_step"] == 64
     assert update["unroll_type.InnerReduce"] == 1 and update["unroll_len"] == 4
+    # the code generator also unrolls k.0, whose nest has 4 x 4 <= 64 iterations, not j (16 x 16)
+    assert update["unroll_num"] == 2 and update["unroll_prod"] == 16
     s2 = dag.init_state().vectorize("C", "k")
     (_, u2) = raw_rows(ir.SearchTask(dag, layout_rewrite=False), s2)
     assert u2["vec_type.InnerReduce"] == 1
@@ -279,3 +281,23 @@ def test_states_sharing_stages_reuse_cached_nests():
     assert ex.stats == {"hits": 1, "misses": 3, "errors": 0}
     np.testing.assert_array_equal(m1[0], m2[0])
     assert m2[1][FEATURE_NAMES.index("vec_len")] == pytest.approx(slog(8))
+
+
+def test_guards_bound_the_work_of_oversized_tiles():
+    """C.local is computed per 4-row tile of C but split by [8, 2] (lengths chosen for the
+    whole extent): its loops i.0 (1) x i.1 (8) x i.2 (2) run 16 rows, guarded by
+    i.1*2 + i.2 < 4. The work and the memory features count the 4 rows that execute."""
+    dag = matmul_dag(16, 16, 16)
+    s = dag.init_state().cache_write("C").split("C", "i", [4]).compute_at("C.local", "C", "i.0")
+    s = s.split("C.local", "i", [8, 2]).reorder("C.local", ["k", "i.0", "i.1", "i.2", "j"])
+    init, update, copy = raw_rows(ir.SearchTask(dag, layout_rewrite=False), s)
+    # loops i.0 (C, 4) k (16) i.1 (8) i.2 (2) j (16): 16384 iterations, 4096 of them do work
+    assert update["outer_prod"] == 4 * 16 * 8 * 2 * 16 and update["float_mad"] == 4 * 16 * 4 * 16
+    # the guard itself is evaluated every iteration: one compare, one multiply-add
+    assert update["int_cmp"] == update["outer_prod"]
+    acc = next(buffer(update, i) for i in range(3) if buffer(update, i)["acc_type.readwrite"])
+    assert acc["unique_bytes"] == 4 * 16 * 4 and acc["bytes"] == 2 * 4096 * 4
+    a = next(buffer(update, i) for i in range(3) if buffer(update, i)["stride"] == 16)
+    assert a["unique_bytes"] == 16 * 16 * 4        # all of A: 4 tiles of 4 rows
+    # A is reused across j (16) right away; then i.2 moves it
+    assert (a["reuse_ct"], a["reuse_dis_iter"]) == (16, 1)
