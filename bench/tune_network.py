@@ -204,10 +204,10 @@ def network_kwargs(args) -> dict:
             raise SystemExit(f"--image-size does not apply to {args.network}")
         kw["image_size"] = args.image_size
     if args.smoke:
-        kw = {"resnet50": dict(image_size=32, blocks=(1, 1, 1, 1), num_classes=10),
+        kw = {"resnet50": dict(image_size=32, blocks=(1,), num_classes=10),
               "mobilenet_v2": dict(image_size=32, num_classes=10, config=((1, 16, 1, 1), (6, 24, 1, 2)),
                                    last_channels=64),
-              "resnet3d_18": dict(frames=4, image_size=16, blocks=(1, 1, 1, 1), num_classes=10),
+              "resnet3d_18": dict(frames=4, image_size=16, blocks=(1,), num_classes=10),
               "dcgan": dict(z_dim=16, base_channels=32, layers=3),
               "bert": dict(seq_len=16, hidden=64, layers=1, heads=4, ffn=128)}[G.zoo.ALIASES.get(args.network,
                                                                                                args.network)]
@@ -254,7 +254,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.smoke:
-        args.population, args.generations, args.measure_batch = 16, 1, 2
+        args.population, args.generations, args.measure_batch = 16, 1, 1
         args.min_repeat_ms, args.repeat = 2, 3
     say = (lambda *a, **k: None) if args.json_only else print
 
