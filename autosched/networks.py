@@ -16,48 +16,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ir
-import sketch_rules.analysis as SA
 from evolution import SearchParams, SketchPolicy
-from ir.bounds import expand_reads
-from sketch_rules import Condition, SketchRule
 from task_scheduler import PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
 from .records import programs_of, read_records
 from .tune import make_cost_model
-
-
-class SkipBroadcastOutput(SketchRule):
-    """Leave an output stage without reduction untiled when only one of the tensors it reads
-    misses some of its axes (a per-channel bias or scale), so that the anchor before it is
-    tiled and fused into it. This is TVM's condition for multi-level tiling (it counts the
-    *tensors* that miss an axis); ``sketch_rules.analysis.needs_multi_level_tiling`` counts
-    missing axes of one read instead, tiles such a bias_add output in four levels, and then
-    cannot follow the conv's tiling into it (``follow_tiling`` raises), which leaves every
-    "conv + bias" subgraph (ResNet's downsample convs, MobileNet-V2's projections) without
-    sketches. Given per task as a custom rule; harmless once the analysis counts as TVM."""
-    name = "skip_broadcast_output"
-
-    def condition(self, ctx, state, stage_id):
-        st = state.stages[stage_id]
-        if (st.is_placeholder or st.reduce_axes or st.compute_at != "root" or not SA.is_output(state, stage_id)
-                or not SA.needs_multi_level_tiling(state, stage_id)):
-            return Condition.PASS
-        axes = [ax for ax in st.axes if ax.extent > 1]
-        missing = 0
-        for other in state.stages:
-            if other is st or other.compute_at == "inline":
-                continue
-            reads = expand_reads(state, st.body, other.op.output)
-            if not reads:
-                continue
-            used = {id(v) for r in reads for i in r for v in ir.expr.free_vars(i)}
-            missing += any(id(ax) not in used for ax in axes)
-        return Condition.APPLY_AND_SKIP_REST if missing < 2 else Condition.PASS
-
-    def apply(self, ctx, state, stage_id):
-        return [(state, stage_id - 1)]
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -160,7 +125,7 @@ class _NoPrograms:
 
 def _make_policy(task, model, search_params, seed):
     try:
-        return SketchPolicy(task, model, search_params, seed=seed, custom_rules=[SkipBroadcastOutput()])
+        return SketchPolicy(task, model, search_params, seed=seed)
     except (ValueError, ir.InvalidStep) as err:
         warnings.warn(f"autosched: no search space for task {task.desc} ({type(err).__name__}: {err}); it is not "
                       "tuned and runs a default schedule", RuntimeWarning, stacklevel=3)

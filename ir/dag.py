@@ -126,16 +126,18 @@ class ComputeDAG:
         return not any(isinstance(e, E.Call) and e.func in EXPENSIVE_CALLS for e in E.walk(op.body))
 
     def has_data_reuse(self, op: Operation) -> bool:
-        """Some input element is read by several iterations (a read misses two space axes, or
-        one with a reduction), so multi-level tiling pays (Ansor's NeedsMultiLevelTiling)."""
+        """Input elements are read by several iterations: two input tensors each miss a
+        space axis, or one does and the op reduces — so multi-level tiling pays (Ansor's
+        NeedsMultiLevelTiling). A broadcast operand alone does not count."""
         if not isinstance(op, ComputeOp):
             return False
+        n_missing = 0
         for accesses in self.read_accesses(op).values():
-            for indices in accesses:
-                used = {id(v) for i in indices for v in E.free_vars(i)}
-                missing = sum(1 for ax in op.axis if id(ax) not in used)
-                if missing >= 2 or (missing >= 1 and op.reduce_axis):
-                    return True
+            used = {id(v) for indices in accesses for i in indices for v in E.free_vars(i)}
+            if any(id(ax) not in used for ax in op.axis):
+                n_missing += 1
+            if n_missing >= 2 or (n_missing >= 1 and op.reduce_axis):
+                return True
         return False
 
     def fusible_consumer(self, op: Operation) -> Operation | None:

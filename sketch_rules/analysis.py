@@ -28,18 +28,24 @@ def should_always_inline(state: ir.State, stage_id: int) -> bool:
 
 
 def needs_multi_level_tiling(state: ir.State, stage_id: int) -> bool:
-    """Data reuse: some read misses two space axes, or one with a reduction."""
+    """Data reuse (TVM's rule): two input tensors each miss a space axis in their reads
+    (matmul's A misses j, B misses i), or one does and the stage reduces. A broadcast
+    (bias_add's bias misses n, h, w) alone is not reuse worth tiling for."""
     st = state.stages[stage_id]
     if st.is_placeholder or st.compute_at == "inline":
         return False
+    n_missing = 0
     for s in state.stages:
         if s.compute_at == "inline" or s is st:
             continue
-        for indices in expand_reads(state, st.body, s.op.output):
-            used = {id(v) for i in indices for v in E.free_vars(i)}
-            missing = sum(1 for ax in st.axes if id(ax) not in used)
-            if missing >= 2 or (missing >= 1 and st.reduce_axes):
-                return True
+        reads = expand_reads(state, st.body, s.op.output)
+        if not reads:
+            continue
+        used = {id(v) for indices in reads for i in indices for v in E.free_vars(i)}
+        if any(id(ax) not in used for ax in st.axes):
+            n_missing += 1
+        if n_missing >= 2 or (n_missing >= 1 and st.reduce_axes):
+            return True
     return False
 
 

@@ -165,3 +165,18 @@ def test_factorizations_are_exact_and_bound_the_innermost():
     assert all(24 % (a * b) == 0 and b <= 4 for a, b in schemes)
     assert len(schemes) == len(set(schemes)) == sum(1 for a in range(1, 25) for b in range(1, 5)
                                                     if 24 % (a * b) == 0)
+
+
+def test_a_broadcast_operand_alone_is_not_data_reuse():
+    """conv + bias as one subgraph (ResNet's downsample convs): the bias_add output reads a
+    per-channel bias that misses n, h, w, but only that one tensor misses axes, so it is not
+    tiled itself; the conv is tiled and fused into it (TVM's rule)."""
+    w = ops.workload("conv2d", 1, 8, 8, 4, 8, 1, stride=1, padding=0, layout="NHWC")
+    data, weight, conv = w.tensors
+    bias = ir.placeholder((8,), name="bias", constant=True)
+    out = ir.compute(conv.shape, lambda n, h, x, c: conv[n, h, x, c] + bias[c], name="bias_add")
+    task = task_of([data, weight, bias, out])
+    assert not task.dag.has_data_reuse(out.op) and task.dag.has_data_reuse(conv.op)
+    sketches = SR.generate_sketches(task)
+    assert len(sketches) == 3
+    assert all(not s["bias_add"].transforms or s["conv2d_nhwc"].compute_at == "iter" for s in sketches)
