@@ -86,7 +86,7 @@ def test_worker_pool_results_crashes_timeouts_and_replacement():
         t0 = time.monotonic()
         with pytest.raises(WorkerTimeout, match="0.5 s"):
             pool.submit_timed(0.5, time.sleep, 30).result()
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 20  # killed at its timeout, long before the 30 s sleep ends
         new_pid = pool.submit(os.getpid).result()
         assert new_pid not in (pid, os.getpid())
         assert pool.stats["crashed"] == 2 and pool.stats["timed_out"] == 1 and pool.stats["started"] == 4

@@ -68,8 +68,8 @@ def test_fp32_peak_is_positive_and_physically_possible():
     cores = common.machine_info()["cores"]
     bound = 64 * 5.0  # GFLOPS per core: 64 FLOP/cycle (2 AVX-512 FMA pipes) at 5 GHz
     one = common.fp32_peak_gflops(1, seconds=0.01, runs=2)
-    assert 1.0 < one < bound
-    assert 1.0 < common.fp32_peak_gflops(cores, seconds=0.01, runs=2) < bound * cores
+    assert 0 < one < bound  # a loaded machine can read far below the peak, never above it
+    assert 0 < common.fp32_peak_gflops(cores, seconds=0.01, runs=2) < bound * cores
 
 
 @pytest.mark.parametrize("lanes, accumulators", [(8, 12), (16, 16)])
