@@ -340,7 +340,10 @@ class FunctionBuilder:
     def address(self, buf: Buffer, index: Value) -> Value:
         ptr = self.buffers[id(buf)]
         sty = dt.storage_llvm_type(buf.dtype)
-        return self.instr(f"getelementptr inbounds {sty}, ptr {ptr}, {index.full} {index.ref}", "ptr", index.lanes)
+        # under a mask the index may be out of bounds for lanes (or iterations) that never
+        # access memory: no ``inbounds`` then, or LLVM may treat the address as dereferenceable
+        inbounds = "" if self.mask is not None else "inbounds "
+        return self.instr(f"getelementptr {inbounds}{sty}, ptr {ptr}, {index.full} {index.ref}", "ptr", index.lanes)
 
     def vector_access(self, index: E.Expr):
         """Classify an index inside a vector loop: ("scalar", None), ("contiguous", base)
@@ -545,11 +548,11 @@ class FunctionBuilder:
 
     def allocate(self, s: Allocate) -> None:
         buf = s.buffer
-        nbytes = buf.size * dt.itemsize(buf.dtype)
+        nbytes = buf.capacity * dt.itemsize(buf.dtype)
         if buf.scope == "local":
             ref = f"%buf.{buf.name}.{self._tmp}"
             self._tmp += 1
-            self.entry_allocas.append(f"  {ref} = alloca {dt.storage_llvm_type(buf.dtype)}, i64 {buf.size}, align 64")
+            self.entry_allocas.append(f"  {ref} = alloca {dt.storage_llvm_type(buf.dtype)}, i64 {buf.capacity}, align 64")
             self.buffers[id(buf)] = ref
             self.stmt(s.body)
             return

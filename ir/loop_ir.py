@@ -28,6 +28,9 @@ class Buffer:
             acc *= s
         self.strides = tuple(reversed(strides))
         self.size = acc
+        #: elements to allocate: at least ``size``; more when guarded-out iterations of
+        #: a tile larger than its region compute addresses past the region (see lowering)
+        self.capacity = acc
 
     def flat_index(self, indices) -> E.Expr:
         out: E.Expr | None = None
@@ -134,7 +137,7 @@ def stmt_str(s: Stmt, indent: int = 0) -> str:
             text += f"\n{pad}else:\n{stmt_str(s.otherwise, indent + 1)}"
         return text
     if isinstance(s, Allocate):
-        return f"{pad}allocate {s.buffer.name}[{s.buffer.size}] {s.buffer.dtype} ({s.buffer.scope})\n" \
+        return f"{pad}allocate {s.buffer.name}[{s.buffer.capacity}] {s.buffer.dtype} ({s.buffer.scope})\n" \
                f"{stmt_str(s.body, indent)}"
     if isinstance(s, Pragma):
         return f"{pad}pragma {s.key}={s.value}:\n{stmt_str(s.body, indent + 1)}"

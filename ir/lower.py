@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from . import dtype as dt
 from . import expr as E
 from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Stmt, Store, seq
-from .simplify import Simplifier
+from .simplify import Simplifier, interval
 from .bounds import all_iter_bounds
 from .layout import plan_all
 
@@ -74,7 +74,8 @@ class Lowering:
                 buf = Buffer(st.op.name, st.op.dtype, st.op.shape, "global")
                 self.buffers[id(st.op)] = buf
                 self.allocations.append(buf)
-        self.simplify = Simplifier(all_iter_bounds(state))
+        self.bounds = all_iter_bounds(state)
+        self.simplify = Simplifier(self.bounds)
 
     def run(self, name: str) -> LoweredFunc:
         body = seq(self.stage_nest(idx) for idx, st in enumerate(self.state.stages)
@@ -111,6 +112,12 @@ class Lowering:
         axis_map = dict(zip(st.all_axes, st.axis_values))
         buf = self.buffers[id(op)]
         index = self.index(op, [axis_map[ax] for ax in st.axes])
+        if buf.scope == "local":
+            # a tile sampled for the whole axis may loop past the region (guarded): keep even
+            # those addresses inside the allocation, so no access can leave it
+            hi = interval(index, self.bounds)[1]
+            if hi != float("inf"):
+                buf.capacity = max(buf.capacity, int(hi) + 1)
         body = st.body
         guards = [self.simplify(g) for g in st.guards]
         guards = [g for g in guards if not (isinstance(g, E.Const) and g.value)]

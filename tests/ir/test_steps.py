@@ -967,3 +967,24 @@ def test_step_records_are_checked():
     with pytest.raises(ValueError, match=r"step record \['SP', 2, 0\] has 2 fields"):
         Step.from_record(["SP", 2, 0])
     assert steps_from_json('[["SP",2,0,[4,null],false]]') == [SplitStep(2, 0, (4, None), False)]
+
+
+def test_tile_larger_than_its_region_stays_inside_its_buffer():
+    """A cache stage tiled for the whole axis but computed inside a smaller tile loops past
+    its region (guarded out) under a vector mask: those addresses must stay inside its
+    buffer (this segfaulted when the buffer held only the region)."""
+    A = ir.placeholder((16, 32), name="A")
+    B = ir.placeholder((32, 64), name="B")
+    k = ir.reduce_axis(32, "k")
+    C = ir.compute((16, 64), lambda i, j: ir.sum(A[i, k] * B[k, j], axis=k), name="C")
+    wl = Workload("matmul_big_tile", ir.ComputeDAG([A, B, C]),
+                  lambda rng: {"A": _normal(rng, 16, 32), "B": _normal(rng, 32, 64)},
+                  lambda x: {"C": x["A"].astype("float64") @ x["B"]})
+    s = wl.dag.init_state().cache_write("C")
+    s = s.split("C.local", "i", [8, 2]).split("C.local", "j", [64])   # tiles of 16 rows, 64 columns
+    s = s.reorder("C.local", ["i.0", "j.0", "k", "i.1", "i.2", "j.1"])
+    s = s.split("C", "i", [4]).compute_at("C.local", "C", "i.0")       # ...computed for 4-row regions
+    s = s.vectorize("C.local", "j.1")
+    rows = [it.extent for it in s["C.local"].iters if it.name.startswith("i.")]
+    assert s["C.local"].root_extents[0] == 4 and rows[0] * rows[1] * rows[2] > 4  # loops past the region
+    assert_matches_numpy(wl, s)
