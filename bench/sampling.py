@@ -16,6 +16,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
+import autosched  # noqa: E402
 import ir  # noqa: E402
 import sketch_rules  # noqa: E402
 from autosched import ops  # noqa: E402
@@ -28,29 +29,17 @@ def sampling_rate(task: ir.SearchTask, sketches, n: int, rng) -> float:
     return len(states) / (time.perf_counter() - t0)
 
 
-def best_of_random(w, task, states, min_ms: float) -> tuple[float, int, int]:
-    """Build and time every program (verifying each against numpy); the best seconds,
-    and how many were valid and how many wrong/failed."""
-    inputs = w.random_inputs(np.random.default_rng(0))
-    expected = w.reference(inputs)
-    best, ok, bad = float("inf"), 0, 0
-    for state in states:
-        try:
-            kernel = ir.build(task.dag, state, layout_rewrite=True)
-        except (ir.InvalidStep, ValueError):
-            bad += 1
-            continue
-        args = [kernel.pack(t.name, a) if t.name in kernel.layouts else a for t, a in zip(task.dag.inputs, inputs)]
-        outputs = w.output_buffers()
-        kernel(*args, *outputs)
-        if not all(np.allclose(o, e, rtol=1e-3, atol=1e-3) for o, e in zip(outputs, expected)):
-            bad += 1
-            continue
-        ok += 1
-        once = kernel.time(*args, *outputs, number=1, repeat=1).median
-        if once < 2 * best:  # only a possible winner is timed precisely
-            best = min(best, kernel.time(*args, *outputs, number=1, repeat=3, min_repeat_ms=min_ms).median)
-    return best, ok, bad
+def best_of_random(task, states) -> tuple[float, int, int]:
+    """Measure every program with autosched's measurer (isolated workers with build and run
+    timeouts, each output verified against the naive program): the best seconds, and how
+    many programs were valid and how many failed."""
+    measurer = autosched.ProgramMeasurer(runner=autosched.LocalRunner(timeout=10))
+    try:
+        results = measurer.measure(task, states)
+    finally:
+        measurer.close()
+    ok = [r.mean_cost for r in results if r.ok]
+    return (min(ok) if ok else float("inf")), len(ok), len(results) - len(ok)
 
 
 def baselines(name: str, w):
@@ -76,9 +65,9 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=64, help="random programs per workload (default 64)")
     args = parser.parse_args(argv)
     if args.smoke:
-        names, samples, min_ms = ["GMM-1x64x64x64", "C2D-1x8x8x16x16-k3s1p1"], 4, 1
+        names, samples = ["GMM-1x64x64x64", "C2D-1x8x8x16x16-k3s1p1"], 4
     else:
-        names, samples, min_ms = ["GMM-1x1024x1024x1024", "C2D-1x56x56x64x64-k3s1p1"], args.samples, 20
+        names, samples = ["GMM-1x1024x1024x1024", "C2D-1x56x56x64x64-k3s1p1"], args.samples
     rng = np.random.default_rng(0)
     table = common.Table(["workload", "sketches", "programs/s", "valid", "best GFLOPS", "numpy", "torch",
                           "vs numpy", "vs torch"])
@@ -89,7 +78,7 @@ def main(argv=None) -> None:
         sketches = sketch_rules.generate_sketches(task)
         rate = sampling_rate(task, sketches, 256 if not args.smoke else 16, rng)
         states = sketch_rules.sample_programs(task, sketches, samples, rng)
-        best, ok, bad = best_of_random(w, task, states, min_ms)
+        best, ok, bad = best_of_random(task, states)
         numpy_s, torch_s = baselines(name, w)
         ours, nf, tf = (common.gflops(w.flops, s) for s in (best if ok else None, numpy_s, torch_s))
         table.add(name, len(sketches), rate, f"{ok}/{ok + bad}", ours, nf, tf, common.ratio(ours, nf),
