@@ -131,14 +131,7 @@ class ComputeDAG:
         NeedsMultiLevelTiling). A broadcast operand alone does not count."""
         if not isinstance(op, ComputeOp):
             return False
-        n_missing = 0
-        for accesses in self.read_accesses(op).values():
-            used = {id(v) for indices in accesses for i in indices for v in E.free_vars(i)}
-            if any(id(ax) not in used for ax in op.axis):
-                n_missing += 1
-            if n_missing >= 2 or (n_missing >= 1 and op.reduce_axis):
-                return True
-        return False
+        return reads_have_reuse(self.read_accesses(op).values(), op.axis, bool(op.reduce_axis))
 
     def fusible_consumer(self, op: Operation) -> Operation | None:
         """The single elementwise consumer that can be computed inside ``op``'s tile, if any."""
@@ -222,6 +215,19 @@ class ComputeDAG:
         """The naive program: one loop per axis, every op computed at root."""
         from .state import State
         return State.initial(self)
+
+
+def reads_have_reuse(reads_per_tensor, axes, reduces: bool) -> bool:
+    """TVM's data-reuse rule over the index tuples with which each input tensor is read:
+    two tensors each miss a space axis, or one does and the op reduces."""
+    n_missing = 0
+    for accesses in reads_per_tensor:
+        used = {id(v) for indices in accesses for i in indices for v in E.free_vars(i)}
+        if any(id(ax) not in used for ax in axes):
+            n_missing += 1
+        if n_missing >= 2 or (n_missing >= 1 and reduces):
+            return True
+    return False
 
 
 def _prod(values) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ir
 from ir import expr as E
 from ir.bounds import expand_reads
-from ir.dag import EXPENSIVE_CALLS
+from ir.dag import EXPENSIVE_CALLS, reads_have_reuse
 
 
 def is_output(state: ir.State, stage_id: int) -> bool:
@@ -34,19 +34,9 @@ def needs_multi_level_tiling(state: ir.State, stage_id: int) -> bool:
     st = state.stages[stage_id]
     if st.is_placeholder or st.compute_at == "inline":
         return False
-    n_missing = 0
-    for s in state.stages:
-        if s.compute_at == "inline" or s is st:
-            continue
-        reads = expand_reads(state, st.body, s.op.output)
-        if not reads:
-            continue
-        used = {id(v) for indices in reads for i in indices for v in E.free_vars(i)}
-        if any(id(ax) not in used for ax in st.axes):
-            n_missing += 1
-        if n_missing >= 2 or (n_missing >= 1 and st.reduce_axes):
-            return True
-    return False
+    reads = [expand_reads(state, st.body, s.op.output) for s in state.stages
+             if s.compute_at != "inline" and s is not st]
+    return reads_have_reuse([r for r in reads if r], st.axes, bool(st.reduce_axes))
 
 
 def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
