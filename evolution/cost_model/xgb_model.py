@@ -210,13 +210,8 @@ class XGBoostEnsemble(CostModel):
                                      extractor=extractor, **kwargs) for _ in range(n_members)]
         self.data = TrainingSet()
 
-    def update(self, records: Iterable) -> None:
-        by_task, order = split_records(records)
-        for tid in order:
-            task, states, costs = by_task[tid]
-            self.data.add(self.features(task, states), costs, [task_key(task)] * len(states))
-        if len(self.data) >= self.num_warmup_sample:
-            self.fit(self.data)
+    # the same accumulate-then-retrain as one model; ``fit`` trains every member
+    update = XGBoostModel.update
 
     def fit(self, data: TrainingSet) -> None:
         n = len(data)
