@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import expr as E
-from .simplify import Simplifier
+from .simplify import Simplifier, linear_expr, linear_terms
 
 
 class InvalidStep(ValueError):
@@ -66,15 +66,48 @@ def root_loops(names, kinds, extents, starts) -> Loops:
     return Loops(tuple(iters), tuple(values), (), tuple(_var_ids(v) for v in values))
 
 
-def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_guards=()) -> Loops:
+def _compose_linear(value: E.Expr, var: E.Var, var_terms: list, bounds: dict):
+    """``value`` with ``var`` replaced by ``sum(coef * part)`` (``var_terms``), composed on
+    the linear forms when ``value`` is a plain sum of loop variables: the expression the
+    simplifier would give, without substituting and re-simplifying a tree (splits are most
+    of a replay's work). (new value, ids of its variables), or None to take the general way."""
+    parsed = linear_terms(value)
+    if parsed is None:
+        return None
+    terms, const = parsed
+    out = []
+    for atom, coef in terms:
+        if atom is var:
+            out.extend((part, coef * c) for part, c in var_terms)
+            continue
+        b = bounds.get(atom)
+        if b is not None and b[0] == b[1]:  # a loop of one iteration is its constant
+            const += coef * b[0]
+        else:
+            out.append((atom, coef))
+    ids = frozenset(id(atom) for atom, _ in out)
+    if len(ids) != len(out):
+        return None  # a variable twice: the simplifier would merge the terms
+    return linear_expr(out, const, value.dtype), ids
+
+
+def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_guards=(),
+                linear: tuple | None = None) -> Loops:
+    """Loops over ``iters`` whose axis values and guards have ``mapping`` substituted and
+    simplified. ``linear``: (var, [(part, coef)...]) when the mapping is one variable's
+    split, for the fast composition of plain sums."""
     bounds = {it.var: (0, it.extent - 1) for it in iters}
     simplify = Simplifier(bounds)
     replaced = frozenset(id(k) for k in mapping)
     values, deps = [], []
     for value, used in zip(loops.axis_values, loops.deps):
         if used & replaced:  # only the values of the replaced loops change
-            value = simplify(E.substitute(value, mapping))
-            used = _var_ids(value)
+            fast = _compose_linear(value, *linear, bounds) if linear is not None else None
+            if fast is not None:
+                value, used = fast
+            else:
+                value = simplify(E.substitute(value, mapping))
+                used = _var_ids(value)
         values.append(value)
         deps.append(used)
     guards = [simplify(E.substitute(g, mapping)) if _var_ids(g) & replaced else g for g in loops.guards]
@@ -105,7 +138,12 @@ def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
         value = E.Binary("+", E.Binary("*", value, E.Const(p.extent, value.dtype)), p.var)
     guards = [] if derived * prod == it.extent else [E.Compare("<", value, E.Const(it.extent, value.dtype))]
     iters = loops.iters[:iter_id] + parts + loops.iters[iter_id + 1:]
-    return _substitute(loops, {it.var: value}, iters, guards)
+    stride, var_terms = 1, []
+    for p in reversed(parts):
+        if p.extent > 1:
+            var_terms.append((p.var, stride))
+        stride *= p.extent
+    return _substitute(loops, {it.var: value}, iters, guards, linear=(it.var, var_terms[::-1]))
 
 
 def fuse(loops: Loops, iter_ids) -> Loops:

@@ -117,23 +117,7 @@ class Affine:
         return Affine({k: [a, c * s] for k, (a, c) in self.terms.items()}, self.const * s)
 
     def to_expr(self, dtype: str) -> E.Expr:
-        result: E.Expr | None = None
-        for atom, coef in self.terms.values():
-            if coef == 1:
-                term = atom
-            elif coef == -1 and result is not None:
-                result = E.Binary("-", result, atom)
-                continue
-            else:
-                term = E.Binary("*", atom, E.Const(coef, dtype))
-            result = term if result is None else E.Binary("+", result, term)
-        if result is None:
-            return E.Const(self.const, dtype)
-        if self.const > 0:
-            return E.Binary("+", result, E.Const(self.const, dtype))
-        if self.const < 0:
-            return E.Binary("-", result, E.Const(-self.const, dtype))
-        return result
+        return linear_expr(self.terms.values(), self.const, dtype)
 
     def interval(self, bounds: Bounds) -> tuple[float, float]:
         lo = hi = self.const
@@ -143,6 +127,50 @@ class Affine:
             lo += min(x, y)
             hi += max(x, y)
         return lo, hi
+
+
+def linear_expr(terms, const: int, dtype: str) -> E.Expr:
+    """``sum(coef * atom) + const`` from ``(atom, coef)`` pairs, written as the simplifier
+    writes every affine form (terms in order, the constant last)."""
+    result: E.Expr | None = None
+    for atom, coef in terms:
+        if coef == 1:
+            term = atom
+        elif coef == -1 and result is not None:
+            result = E.Binary("-", result, atom)
+            continue
+        else:
+            term = E.Binary("*", atom, E.Const(coef, dtype))
+        result = term if result is None else E.Binary("+", result, term)
+    if result is None:
+        return E.Const(const, dtype)
+    if const > 0:
+        return E.Binary("+", result, E.Const(const, dtype))
+    if const < 0:
+        return E.Binary("-", result, E.Const(-const, dtype))
+    return result
+
+
+def linear_terms(e: E.Expr) -> tuple[list, int] | None:
+    """The ``(variable, coef)`` terms (in order) and the constant of ``e`` when it is a sum
+    of variables times constants as ``linear_expr`` writes it; None for anything else."""
+    items = []
+    while isinstance(e, E.Binary) and e.op in ("+", "-"):
+        items.append((e.b, 1 if e.op == "+" else -1))
+        e = e.a
+    items.append((e, 1))
+    terms, const = [], 0
+    for x, sign in reversed(items):
+        if isinstance(x, E.Const) and dt.is_int(x.dtype):
+            const += sign * x.value
+        elif isinstance(x, E.Var):
+            terms.append((x, sign))
+        elif isinstance(x, E.Binary) and x.op == "*" and isinstance(x.a, E.Var) and isinstance(x.b, E.Const) \
+                and dt.is_int(x.b.dtype):
+            terms.append((x.a, sign * x.b.value))
+        else:
+            return None
+    return terms, const
 
 
 def _atom(e: E.Expr) -> Affine:

@@ -144,6 +144,8 @@ class RunOptions:
     min_repeats: int = 3
     verify: bool = True
     seed: int = DEFAULT_SEED
+    #: stop adding repeats once they have taken this long (at least one repeat is made)
+    max_timing_s: float = 1.0
 
 
 def _llc_bytes() -> int:
@@ -230,8 +232,12 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     if opts.min_repeat_ms > 0:
         number, probe_time = calibrate(run, number, opts.min_repeat_ms * 1e-3)
         kernel_time += probe_time
+        if number == 1 and probe_time >= opts.min_repeat_ms * 1e-3:
+            costs.append(probe_time)  # one call already lasts a repeat: the probe is one
     while len(costs) < opts.repeat:
         if opts.adaptive and len(costs) >= max(2, opts.min_repeats) and _cv(costs) < opts.cv_threshold:
+            break
+        if costs and sum(costs) * number >= opts.max_timing_s:
             break
         if opts.cache_flush:
             flush_cpu_cache()

@@ -62,10 +62,24 @@ class ProgramMeasurer:
     tuning log if it exists (its programs are not measured again) and append every new
     record to it. ``max_consecutive_errors``: raise ``TooManyMeasureErrors`` after a batch
     once this many measurements in a row have failed (0: never). ``verbose``: 1 prints one
-    line per batch."""
+    line per batch.
+
+    ``max_slowdown``: once a workload has a valid program, a new one is stopped (a
+    ``RUN_TIMEOUT``) when it runs longer than checking and timing a program this many times
+    slower than the best would take (``2 s + 3 * max_slowdown * best``; never beyond the
+    runner's own timeout). Random programs can be a thousand times slower than good ones;
+    waiting the full timeout for each is most of a tuning run's time otherwise. None: only
+    the runner's timeout."""
+
+    #: seconds a program may take beyond its calls: loading, reading the reference
+    TIMEOUT_OVERHEAD_S = 2.0
 
     def __init__(self, builder: LocalBuilder | None = None, runner: LocalRunner | None = None,
-                 callbacks=(), log_file=None, max_consecutive_errors: int = 64, verbose: int = 0):
+                 callbacks=(), log_file=None, max_consecutive_errors: int = 64, verbose: int = 0,
+                 max_slowdown: float | None = 30.0):
+        if max_slowdown is not None and max_slowdown < 1:
+            raise ValueError(f"max_slowdown must be >= 1 (or None), got {max_slowdown!r}")
+        self.max_slowdown = max_slowdown
         self.builder = builder if builder is not None else LocalBuilder()
         self.runner = runner if runner is not None else LocalRunner()
         self.callbacks = list(callbacks)
@@ -161,7 +175,7 @@ class ProgramMeasurer:
                 self._record(inputs[i], keys[i], res)
 
             builds = self.builder.build(batch)
-            self.runner.run(batch, builds, on_result)
+            self.runner.run(batch, builds, on_result, timeout=self._run_timeout(batch))
             for cb in self.callbacks:
                 flush = getattr(cb, "flush", None)
                 if callable(flush):
@@ -174,6 +188,17 @@ class ProgramMeasurer:
         if self.max_consecutive_errors and self.consecutive_errors >= self.max_consecutive_errors:
             raise TooManyMeasureErrors(self._stop_message(), dict(self.error_counts), results)
         return results
+
+    def _run_timeout(self, batch: list[MeasureInput]) -> float | None:
+        """The per-program run timeout for ``batch`` (see ``max_slowdown``)."""
+        limit = self.runner.timeout
+        if self.max_slowdown is None:
+            return limit
+        bests = [self.best_cost(inp.task) for inp in batch]
+        if any(b >= MAX_COST for b in bests):
+            return limit
+        own = self.TIMEOUT_OVERHEAD_S + 3 * self.max_slowdown * max(bests)
+        return own if limit is None else min(limit, own)
 
     def _record(self, inp: MeasureInput, key: str, res: MeasureResult) -> None:
         w = self._workload(inp.task)

@@ -30,6 +30,10 @@ class LocalRunner:
     Adaptive timing (after AdaTune, on by default): ``repeat`` is the most repeats; the
     runner stops once at least ``min_repeats`` repeats have a coefficient of variation below
     ``cv_threshold``, and reports the repeats it saved (``MeasureResult.saved_repeats``).
+    Whatever the mode, repeats stop once they have taken ``max_timing_s`` seconds (at least
+    one is made), and a probe of one call that already lasts ``min_repeat_ms`` counts as
+    the first repeat: a slow program is timed in a few calls, not ten (the search needs to
+    know it is slow, not by how much to the last percent).
 
     Verification (on by default): before timing, the program runs once on random inputs
     (seed ``verify_seed``) and its outputs are compared with the naive program's, within a
@@ -45,21 +49,23 @@ class LocalRunner:
                  min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
                  adaptive: bool = True, cv_threshold: float = 0.05, min_repeats: int = 3,
                  verify: bool = True, verify_seed: int = DEFAULT_SEED, reference_timeout: float = 300.0,
-                 n_parallel: int = 1, executor: Executor | None = None):
+                 n_parallel: int = 1, executor: Executor | None = None, max_timing_s: float = 1.0):
         flush = bool(enable_cpu_cache_flush)
         min_repeat_ms = (0.0 if flush else 40.0) if min_repeat_ms is None else min_repeat_ms
         if number < 1 or repeat < 1 or min_repeats < 1:
             raise ValueError(f"number, repeat and min_repeats must be >= 1, got number={number}, "
                              f"repeat={repeat}, min_repeats={min_repeats}")
-        if min_repeat_ms < 0 or cv_threshold < 0:
-            raise ValueError(f"min_repeat_ms and cv_threshold must be >= 0, got {min_repeat_ms}, {cv_threshold}")
+        if min_repeat_ms < 0 or cv_threshold < 0 or max_timing_s < 0:
+            raise ValueError(f"min_repeat_ms, cv_threshold and max_timing_s must be >= 0, got {min_repeat_ms}, "
+                             f"{cv_threshold}, {max_timing_s}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds (or None), got {timeout!r}")
         self.timeout = timeout
         self.reference_timeout = reference_timeout
         self.options = RunOptions(number=number, repeat=repeat, min_repeat_ms=float(min_repeat_ms),
                                   cache_flush=flush, adaptive=bool(adaptive), cv_threshold=float(cv_threshold),
-                                  min_repeats=min_repeats, verify=bool(verify), seed=verify_seed)
+                                  min_repeats=min_repeats, verify=bool(verify), seed=verify_seed,
+                                  max_timing_s=float(max_timing_s))
         self.n_parallel = n_parallel
         self._own = executor is None
         self._executor = executor
@@ -102,9 +108,12 @@ class LocalRunner:
         return self._references[key]
 
     # running -------------------------------------------------------------------------------
-    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult], on_result=None) -> list[MeasureResult]:
+    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult], on_result=None,
+            timeout: float | None = None) -> list[MeasureResult]:
         """Measure every built program; results in input order (errors included, never
-        raised). ``on_result(index, result)`` is called as each result is ready."""
+        raised). ``on_result(index, result)`` is called as each result is ready.
+        ``timeout``: seconds per program for this call, in place of ``self.timeout``."""
+        timeout = self.timeout if timeout is None else timeout
         if len(inputs) != len(build_results):
             raise ValueError(f"run got {len(inputs)} inputs but {len(build_results)} build results")
         results: list[MeasureResult | None] = [None] * len(inputs)
@@ -125,20 +134,20 @@ class LocalRunner:
                 opts = replace(opts, verify=False)
             key, payload = task_payload(inp.task)
             todo.append(i)
-            futures.append(submit(self.executor, self.timeout, run_job, key, payload, build.object, build.name,
+            futures.append(submit(self.executor, timeout, run_job, key, payload, build.object, build.name,
                                   build.layouts, opts, ref, getattr(inp, "fault", None) or None))
 
         def done(j, future):
             i = todo[j]
-            finish(i, self._result(future, build_results[i].time_cost))
+            finish(i, self._result(future, build_results[i].time_cost, timeout))
 
-        collect(self.executor, futures, self.timeout, done)
+        collect(self.executor, futures, timeout, done)
         return results
 
-    def _result(self, future, build_time: float) -> MeasureResult:
+    def _result(self, future, build_time: float, timeout: float | None) -> MeasureResult:
         if future is None:
-            return MeasureResult.failed(MeasureErrorNo.RUN_TIMEOUT, f"the run did not finish within {self.timeout:g} s",
-                                        build_time, self.timeout)
+            return MeasureResult.failed(MeasureErrorNo.RUN_TIMEOUT, f"the run did not finish within {timeout:g} s",
+                                        build_time, timeout)
         try:
             got = future.result()
         except WorkerTimeout as err:

@@ -177,6 +177,20 @@ def test_adaptive_timing_stops_early_and_counts_saved_repeats(task, states, buil
     assert res.number >= 1 and res.kernel_time >= 8 * res.number * min(res.costs)
 
 
+def test_slow_programs_are_timed_in_few_calls(task, states, builder):
+    inputs = [MeasureInput(task, states[1])]
+    builds = builder.build(inputs)
+    # min_repeat_ms below one call: the first probe (one call) is the first repeat
+    with LocalRunner(timeout=5, min_repeat_ms=1e-4, repeat=6, adaptive=False, max_timing_s=0) as budgeted:
+        (res,) = budgeted.run(inputs, builds)
+    assert res.ok and res.number == 1 and res.repeats == 1 and len(res.costs) == 1
+    with LocalRunner(timeout=5, min_repeat_ms=1e-4, repeat=6, adaptive=False, max_timing_s=100) as unbounded:
+        (res,) = unbounded.run(inputs, builds)
+    assert res.ok and res.number == 1 and res.repeats == 6
+    with pytest.raises(ValueError, match="max_timing_s"):
+        LocalRunner(max_timing_s=-1)
+
+
 def test_cache_flush_times_single_cold_calls(task, states, builder):
     inputs = [MeasureInput(task, states[2])]
     with LocalRunner(timeout=5, enable_cpu_cache_flush=True, repeat=4, adaptive=False) as flushing:
@@ -262,6 +276,24 @@ def test_measurer_dedups_and_keeps_the_best(task, states, measurer):
     assert str(measurer.best_state(task)) == str(states[results.index(best)])
     assert len(measurer.measured_keys(task)) == 2
     assert measurer.summary() == "2 measured, 2 ok"
+
+
+def test_measurer_gives_up_on_programs_far_slower_than_the_best(task, states, builder, runner):
+    with ProgramMeasurer(builder, runner, max_slowdown=10) as m:
+        assert m._run_timeout([MeasureInput(task, states[0])]) == runner.timeout  # no best yet
+        (good,) = m.measure(task, [states[0]])
+        limit = m._run_timeout([MeasureInput(task, states[1])])
+        assert limit == pytest.approx(ProgramMeasurer.TIMEOUT_OVERHEAD_S + 30 * good.mean_cost)
+        assert limit < runner.timeout
+        t0 = time.perf_counter()
+        (hung,) = m.measure_inputs([FaultyMeasureInput(task, states[1], "run:hang")])
+        assert hung.error_no == E.RUN_TIMEOUT and f"timeout of {limit:g} s" in hung.error_msg
+        assert time.perf_counter() - t0 < runner.timeout + 2
+    with ProgramMeasurer(builder, runner, max_slowdown=None) as fixed:
+        fixed.measure(task, [states[0]])
+        assert fixed._run_timeout([MeasureInput(task, states[1])]) == runner.timeout
+    with pytest.raises(ValueError, match="max_slowdown"):
+        ProgramMeasurer(builder, runner, max_slowdown=0.5)
 
 
 def test_error_counts_and_early_stop_of_an_all_error_run(task, states, measurer):

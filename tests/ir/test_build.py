@@ -137,5 +137,5 @@ def test_time_reports_per_call_seconds(add_kernel):
     res = add_kernel.time(a, b, number=5, repeat=4, min_repeat_ms=2)
     assert len(res.results) == 4 and res.number >= 5
     assert 0 < res.median < 1e-3
-    assert res.number * res.median > 1e-3  # min_repeat_ms grew `number`
+    assert res.number > 5  # min_repeat_ms grew `number` (a ~10 ns call: by thousands)
     np.testing.assert_array_equal(b, a + 1)
