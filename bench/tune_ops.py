@@ -25,18 +25,18 @@ import sketch_rules  # noqa: E402
 from autosched import ops  # noqa: E402
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel  # noqa: E402
 
-#: TVM MetaSchedule (anchors.md) as a ratio to the library it was measured beside:
-#: workload -> (baseline, ratio at 64 trials, ratio at 256 trials). Layouts differ for the
+#: TVM MetaSchedule (anchors.md) as a ratio to the library it was measured beside, with its
+#: tuning seconds: workload -> (baseline, {trials: (ratio, seconds)}). Layouts differ for the
 #: conv2d rows (the anchors ran NCHW), so those compare shapes, not identical programs.
 ANCHORS = {
-    "GMM-1x1024x1024x1024": ("numpy", 160 / 191, 165 / 191),
-    "GMM-1x512x512x512": ("numpy", 124 / 188, 169 / 188),
-    "C2D-1x14x14x256x256-k3s1p1": ("torch", 106 / 166, None),
-    "C2D-1x7x7x512x512-k3s1p1": ("torch", 73 / 127, 117 / 127),
-    "DEP-1x112x112x32-k3s1p1": ("torch", 112 / 53, 102 / 53),
-    "T2D-1x4x4x512x256-k4s2p1": ("torch", 66 / 97, 101 / 97),
-    "NRM-1x1024x1024": ("numpy", 30 / 26, 30 / 26),
-    "CBR-1x56x56x64x128-k3s2p1": ("torch", 148 / 168, 172 / 168),
+    "GMM-1x1024x1024x1024": ("numpy", {64: (160 / 191, 215), 256: (165 / 191, 352)}),
+    "GMM-1x512x512x512": ("numpy", {64: (124 / 188, 38), 256: (169 / 188, 121)}),
+    "C2D-1x14x14x256x256-k3s1p1": ("torch", {64: (106 / 166, 51)}),
+    "C2D-1x7x7x512x512-k3s1p1": ("torch", {64: (73 / 127, 55), 256: (117 / 127, 192)}),
+    "DEP-1x112x112x32-k3s1p1": ("torch", {64: (112 / 53, 58), 256: (102 / 53, 196)}),
+    "T2D-1x4x4x512x256-k4s2p1": ("torch", {64: (66 / 97, 64), 256: (101 / 97, 256)}),
+    "NRM-1x1024x1024": ("numpy", {64: (30 / 26, 45), 256: (30 / 26, 34)}),
+    "CBR-1x56x56x64x128-k3s2p1": ("torch", {64: (148 / 168, 69), 256: (172 / 168, 188)}),
 }
 ABLATION_WORKLOAD = "C2D-1x7x7x512x512-k3s1p1"
 
@@ -105,18 +105,19 @@ def retime(result, w) -> float:
     return kernel.time(*args, *outputs, number=1, repeat=5, min_repeat_ms=50).median
 
 
-def at_trials(history, n: int) -> float | None:
-    """Best GFLOPS after ``n`` trials (None if tuning stopped before)."""
-    best = None
-    for trials, gflops, _ in history:
+def at_trials(history, n: int) -> tuple[float, float] | tuple[None, None]:
+    """(best GFLOPS, seconds of tuning) after ``n`` trials; Nones if tuning stopped before."""
+    got = (None, None)
+    for trials, gflops, elapsed in history:
         if trials <= n:
-            best = gflops
-    return best if history and history[-1][0] >= n else None
+            got = (gflops, elapsed)
+    return got if history and history[-1][0] >= n else (None, None)
 
 
 def tune_suite(args, names) -> list[dict]:
     table = common.Table(["workload", "trials", "ours GFLOPS", "numpy", "torch", "vs numpy", "vs torch",
-                          "vs MS@64", "vs MS@256", "search s", "build s", "run s"])
+                          "search s", "build s", "run s", "search s/round", "measure s/round"])
+    vs_ms = common.Table(["workload", "trials", "ours/base", "MS/base", "ours vs MS", "our tuning s", "MS tuning s"])
     rows = []
     for name in names:
         w = ops.suite_workload(name)
@@ -124,33 +125,49 @@ def tune_suite(args, names) -> list[dict]:
         log = os.path.join(args.log_dir, f"{name}.json") if args.log_dir else None
         result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
                                          log_file=log, search_params=_params(args), verbose=1)
+        rounds = max(len(result.history), 1)
+        per_round = (result.time_search / rounds, result.time_measure / rounds)
         if result.kernel is None:
-            table.add(name, result.trials, None, None, None, None, None, None, None, result.time_search,
-                      result.time_build, result.time_run)
+            table.add(name, result.trials, None, None, None, None, None, result.time_search,
+                      result.time_build, result.time_run, *per_round)
             rows.append(common.json_row(name, trials=result.trials, error="no valid program"))
             continue
         ours = common.gflops(w.flops, retime(result, w))
         nf, tf = common.gflops(w.flops, numpy_baseline(w)), common.gflops(w.flops, torch_baseline(w))
-        vs_ms = [_vs_anchor(name, result.history, n, w.flops, nf, tf, col) for n, col in ((64, 1), (256, 2))]
-        table.add(name, result.trials, ours, nf, tf, common.ratio(ours, nf), common.ratio(ours, tf), *vs_ms,
-                  result.time_search, result.time_build, result.time_run)
-        rows.append(common.json_row(name, ours, nf, tf, trials=result.trials, vs_ms_64=vs_ms[0], vs_ms_256=vs_ms[1],
+        table.add(name, result.trials, ours, nf, tf, common.ratio(ours, nf), common.ratio(ours, tf),
+                  result.time_search, result.time_build, result.time_run, *per_round)
+        comparisons = _vs_anchor(name, result.history, nf, tf)
+        for n, c in comparisons.items():
+            vs_ms.add(name, n, c["ours_vs_base"], c["ms_vs_base"], c["ours_vs_ms"], c["ours_s"], c["ms_s"])
+        rows.append(common.json_row(name, ours, nf, tf, trials=result.trials, vs_ms=comparisons,
                                     search_s=result.time_search, build_s=result.time_build, run_s=result.time_run,
+                                    search_s_per_round=per_round[0], measure_s_per_round=per_round[1],
                                     wall_s=result.time_search + result.time_measure, history=result.history))
     if not args.json_only:
         table.print()
+        if vs_ms.rows:
+            print("\nvs TVM MetaSchedule at equal trials (each as a ratio to the same vendor library, "
+                  "ours measured in this run; MS from anchors.md):")
+            vs_ms.print()
     return rows
 
 
-def _vs_anchor(name, history, n, flops, numpy_gflops, torch_gflops, col):
-    """Our GFLOPS after n trials relative to MetaSchedule's at n trials, each as a ratio
-    to the same vendor library (ours measured in this run, theirs in anchors.md)."""
+def _vs_anchor(name, history, numpy_gflops, torch_gflops) -> dict:
+    """Per trial count MetaSchedule was measured at: our best GFLOPS then relative to
+    MetaSchedule's, each as a ratio to the same vendor library (ours measured in this run,
+    theirs in anchors.md), and both tuning times."""
     anchor = ANCHORS.get(name)
-    ours = at_trials(history, n)
-    if anchor is None or anchor[col] is None or ours is None:
-        return None
+    if anchor is None:
+        return {}
     base = numpy_gflops if anchor[0] == "numpy" else torch_gflops
-    return None if not base else (ours / base) / anchor[col]
+    out = {}
+    for n, (ms_ratio, ms_s) in anchor[1].items():
+        ours, ours_s = at_trials(history, n)
+        if ours is None or not base:
+            continue
+        out[n] = {"ours_vs_base": ours / base, "ms_vs_base": ms_ratio, "ours_vs_ms": ours / base / ms_ratio,
+                  "ours_s": ours_s, "ms_s": ms_s}
+    return out
 
 
 def _params(args) -> SearchParams:
@@ -173,7 +190,13 @@ def ablation(args) -> list[dict]:
         "limited space": dict(search_params=_params(args), custom_rules=[_OnlyRules(limited)]),
     }
     curves = {}
+    log = os.path.join(args.log_dir, f"{args.ablation_workload}.json") if args.log_dir else None
+    if log and os.path.exists(log):  # the suite run tuned it already: its log is the full search's curve
+        curves["full search"] = curve_from_log(log, task, args.trials, args.batch)
+        print(f"full search: the first {args.trials} trials of {log}")
     for label, kw in variants.items():
+        if label in curves:
+            continue
         result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
                                          verbose=1, **kw)
         curves[label] = [(t, g) for t, g, _ in result.history]
@@ -187,6 +210,19 @@ def ablation(args) -> list[dict]:
         _plot(curves, args.ablation_workload)
     return [common.json_row(f"ablation {label}", max((g for _, g in c), default=None), curve=c)
             for label, c in curves.items()]
+
+
+def curve_from_log(path, task, trials: int, batch: int) -> list[tuple[int, float]]:
+    """Best GFLOPS after every ``batch`` trials of the first ``trials`` records of ``task``
+    in a tuning log (records are written in measurement order)."""
+    records = [r for r in autosched.read_records(path) if r.workload_key == task.workload_key][:trials]
+    flops, best, curve = task.dag.flop_count(), float("inf"), []
+    for i, rec in enumerate(records, 1):
+        if rec.ok:
+            best = min(best, rec.mean_cost)
+        if i % batch == 0 or i == len(records):
+            curve.append((i, flops / best / 1e9 if best < float("inf") else 0.0))
+    return curve
 
 
 class _OnlyRules(sketch_rules.SketchRule):
