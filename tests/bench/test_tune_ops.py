@@ -1,0 +1,52 @@
+"""bench/tune_ops.py's bookkeeping: a tuning's curve read back from its log, the best
+after n trials, and the comparison with MetaSchedule's anchors."""
+from __future__ import annotations
+
+import pytest
+
+import ir
+from autosched.records import TuningRecord, save_records
+
+from .test_bench_common import _load
+
+tune_ops = _load("tune_ops")
+
+
+def _task():
+    a = ir.placeholder((8, 8), name="A")
+    b = ir.placeholder((8, 8), name="B")
+    k = ir.reduce_axis(8, name="k")
+    c = ir.compute((8, 8), lambda i, j: ir.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return ir.SearchTask(ir.ComputeDAG([a, b, c]))
+
+
+def test_history_and_curve_from_a_log(tmp_path):
+    task = _task()
+    flops = task.dag.flop_count()
+    costs = [4e-6, None, 2e-6, 3e-6, 1e-6]  # None: a failed measurement
+    records = [TuningRecord(task.workload_key, "llvm", (), (c,) if c else (1e10,), error_no=0 if c else 7,
+                            all_cost=0.5, timestamp=100.0 + i) for i, c in enumerate(costs)]
+    records.insert(2, TuningRecord("another-workload", "llvm", (), (1e-9,), all_cost=0.5, timestamp=101.5))
+    log = tmp_path / "log.json"
+    save_records(log, records)
+    history = tune_ops.history_from_log(str(log), task)
+    assert [n for n, _, _ in history] == [1, 2, 3, 4, 5]  # the other workload is not counted
+    assert [g for _, g, _ in history] == pytest.approx([flops / c / 1e9 for c in (4e-6, 4e-6, 2e-6, 2e-6, 1e-6)])
+    assert [t for _, _, t in history] == pytest.approx([0.5, 1.5, 2.5, 3.5, 4.5])  # from the first start
+    assert tune_ops.curve_from_log(str(log), task, trials=4, batch=2) == \
+        [(2, pytest.approx(flops / 4e-6 / 1e9)), (4, pytest.approx(flops / 2e-6 / 1e9))]
+    assert tune_ops.at_trials(history, 3) == (pytest.approx(flops / 2e-6 / 1e9), pytest.approx(2.5))
+    assert tune_ops.at_trials(history, 6) == (None, None)  # tuning stopped before
+
+
+def test_comparison_with_metaschedule_uses_the_same_vendor_library():
+    name = "GMM-1x1024x1024x1024"
+    base, anchors = tune_ops.ANCHORS[name]
+    assert base == "numpy"
+    history = [(64, 100.0, 50.0), (256, 200.0, 300.0)]
+    got = tune_ops._vs_anchor(name, history, numpy_gflops=200.0, torch_gflops=None)
+    assert set(got) == {64, 256}
+    assert got[256]["ours_vs_base"] == pytest.approx(1.0)
+    assert got[256]["ours_vs_ms"] == pytest.approx(1.0 / anchors[256][0])
+    assert got[64]["ours_s"] == 50.0 and got[64]["ms_s"] == anchors[64][1]
+    assert tune_ops._vs_anchor("GMM-1x8x8x8", history, 1.0, 1.0) == {}  # no anchor for it
