@@ -169,6 +169,9 @@ def tune_suite(args, names) -> list[dict]:
         comparisons = _vs_anchor(name, history, nf, tf)
         for n, c in comparisons.items():
             vs_ms.add(name, n, c["ours_vs_base"], c["ms_vs_base"], c["ours_vs_ms"], c["ours_s"], c["ms_s"])
+        if not args.json_only:  # a line as each workload ends: a long suite run killed midway keeps them
+            print(f"{name}: {ours:.1f} GFLOPS after {result.trials} trials; numpy {nf or 0:.1f}, "
+                  f"torch {tf or 0:.1f}", flush=True)
         rows.append(common.json_row(name, ours, nf, tf, trials=result.trials, vs_ms=comparisons,
                                     search_s=result.time_search, build_s=result.time_build, run_s=result.time_run,
                                     search_s_per_round=per_round[0], measure_s_per_round=per_round[1],
