@@ -18,7 +18,7 @@ import ir
 from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FuseStep, PragmaStep,
                       SplitStep)
 from sketch_rules import analysis as A
-from sketch_rules.annotation import AUTO_UNROLL_CHOICES_CPU, compute_location_candidates
+from sketch_rules.annotation import AUTO_UNROLL_CHOICES_CPU, compute_location_choices
 
 from .genes import lengths_from_parts, replay, split_parts, with_step
 
@@ -188,10 +188,9 @@ def mutate_compute_location(state: ir.State, rng: np.random.Generator) -> ir.Sta
     if before is None:
         return None
     sid = step.stage_id
-    options: list = [ComputeRootStep(sid)]
-    if not before.stages[sid].reduce_axes and A.is_strict_inlinable(before, sid) and not before.attached_to(sid):
-        options.append(ComputeInlineStep(sid))
-    options.extend(ComputeAtStep(sid, t, p) for t, p in compute_location_candidates(before, sid))
+    steps_of = {"root": ComputeRootStep(sid), "inline": ComputeInlineStep(sid)}
+    options = [steps_of[c] if isinstance(c, str) else ComputeAtStep(sid, *c)
+               for c in compute_location_choices(before, sid)]
     options = [o for o in options if o != step]
     if not options:
         return None

@@ -110,6 +110,9 @@ class Lowering:
         st = self.state.stages[idx]
         op = st.op
         axis_map = dict(zip(st.all_axes, st.axis_values))
+        unit = {it.var: E.Const(0, it.var.dtype) for it in st.iters if it.extent == 1}
+        if unit:  # a loop of one iteration contributes nothing to an index, simplified or not
+            axis_map = {ax: E.substitute(v, unit) for ax, v in axis_map.items()}
         buf = self.buffers[id(op)]
         index = self.index(op, [axis_map[ax] for ax in st.axes])
         if buf.scope == "local":

@@ -91,3 +91,32 @@ def needs_rfactor(state: ir.State, stage_id: int, num_cores: int) -> bool:
 def is_tiled(state: ir.State, stage_id: int) -> bool:
     """Multi-level tiled by a sketch rule (its iterators carry split names)."""
     return any(t.kind == "split" for t in state.stages[stage_id].transforms)
+
+
+def packing_consumer(task: ir.SearchTask, state: ir.State, stage_id: int) -> int | None:
+    """The tiled reduction that would gain from reading input ``stage_id`` through a
+    packed copy, or None. It gains when every read indexes the input's last (contiguous)
+    dimension by space loops only and another dimension by the reduction: a tile then
+    reads a narrow column panel of rows far apart (GEMM's B[k, j]), which a copy made
+    inside the consumer's outer tiles turns into one contiguous block. Constant inputs are
+    left to the layout rewrite, which packs them once for free."""
+    st = state.stages[stage_id]
+    if not st.is_placeholder or (st.op.constant and task.layout_rewrite):
+        return None
+    consumers = state.consumers(stage_id)
+    if len(consumers) != 1 or consumers[0] not in state.readers(stage_id):
+        return None
+    target = state.stages[consumers[0]]
+    if not is_tiled(state, consumers[0]) or not target.reduce_axes:
+        return None
+    space, reduce = set(target.axes), set(target.reduce_axes)
+    reads = expand_reads(state, target.body, st.op.output)
+    for indices in reads:
+        if len(indices) < 2:
+            return None
+        last = {n for n in E.walk(indices[-1]) if isinstance(n, E.IterVar)}
+        if not last or not last <= space:
+            return None
+        if not any(isinstance(n, E.IterVar) and n in reduce for i in indices[:-1] for n in E.walk(i)):
+            return None
+    return consumers[0] if reads else None

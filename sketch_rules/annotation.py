@@ -70,7 +70,7 @@ class ChangeComputeLocation(InitRule):
     """For each stage that is not multi-level tiled (e.g. padding, a reduction's rfactor
     stage), choose uniformly where it is computed: at root, inlined (if it has no
     reduction), or inside a loop of its consumer (or of the stage that consumer is
-    computed in, up to its attach point)."""
+    computed in, up to its attach point); a cache_read copy only inside those loops."""
     name = "change_compute_location"
 
     def apply(self, ctx, state, rng):
@@ -80,10 +80,7 @@ class ChangeComputeLocation(InitRule):
                     or A.is_tiled(state, stage_id) or A.needs_multi_level_tiling(state, stage_id)
                     or st.origin == "cache_write"):
                 continue
-            choices: list = ["root"]
-            if not st.reduce_axes and A.is_strict_inlinable(state, stage_id) and not state.attached_to(stage_id):
-                choices.append("inline")
-            choices.extend(compute_location_candidates(state, stage_id))
+            choices = compute_location_choices(state, stage_id)
             # every choice is a step (even "stay at root"): the decision is recorded and mutable
             choice = choices[int(rng.integers(len(choices)))]
             if choice == "root":
@@ -93,6 +90,21 @@ class ChangeComputeLocation(InitRule):
             else:
                 state = state.compute_at(stage_id, choice[0], choice[1])
         return state
+
+
+def compute_location_choices(state: ir.State, stage_id: int) -> list:
+    """Where a stage that is not multi-level tiled may be computed: "root", "inline" (no
+    reduction, nothing attached to it) or a (stage, loop) of its consumer. A cache_read
+    copy is only worth making inside its consumer's tiles (at root it copies the whole
+    tensor unchanged, inlined it is gone), so it gets only those when there are any."""
+    st = state.stages[stage_id]
+    loops = compute_location_candidates(state, stage_id)
+    if st.origin == "cache_read" and loops:
+        return loops
+    choices: list = ["root"]
+    if not st.reduce_axes and A.is_strict_inlinable(state, stage_id) and not state.attached_to(stage_id):
+        choices.append("inline")
+    return choices + loops
 
 
 def compute_location_candidates(state: ir.State, stage_id: int) -> list[tuple[int, int]]:

@@ -152,7 +152,24 @@ class SimplifyComputeWithConstTensor(SketchRule):
         return [(state, stage_id - 1)]
 
 
+class AddCacheReadPack(SketchRule):
+    """Not in Ansor: read an input of a tiled reduction through a local copy (a second
+    sketch beside the one without it), which random annotation computes inside one of the
+    consumer's tiles. The copy holds the tile's column panel contiguously, as BLAS packs
+    GEMM's B; for inputs that are not constant (constants get the layout rewrite). The
+    copy's place (how large the panel is, how often it is made) is a mutable decision."""
+    name = "add_cache_read_pack"
+
+    def condition(self, ctx, state, stage_id):
+        return Condition.APPLY if A.packing_consumer(ctx.task, state, stage_id) is not None else Condition.PASS
+
+    def apply(self, ctx, state, stage_id):
+        target = A.packing_consumer(ctx.task, state, stage_id)
+        return [(state.cache_read(stage_id, "local", [target]), stage_id - 1)]
+
+
 def cpu_rules() -> list[SketchRule]:
-    """The built-in CPU rules in Ansor's order."""
+    """The built-in CPU rules: Ansor's, in its order, with the packing rule before the
+    last (skip)."""
     return [AlwaysInline(), SimplifyComputeWithConstTensor(), AddRfactor(), AddCacheWrite(),
-            MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage()]
+            MultiLevelTilingWithFusion(), MultiLevelTiling(), AddCacheReadPack(), SkipStage()]

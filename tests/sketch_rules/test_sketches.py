@@ -40,9 +40,15 @@ def by_structure(sketches):
     return out
 
 
+def packed(sketches, tensor="B"):
+    """The sketches that read ``tensor`` through a packing copy, and the others."""
+    with_copy = [s for s in sketches if any(st.name == f"{tensor}.local" for st in s.stages)]
+    return with_copy, [s for s in sketches if s not in with_copy]
+
+
 def test_matmul_has_three_sketches_ssrsrs_and_cache_write_fused_at_two_levels():
-    sketches = SR.generate_sketches(task_of(matmul()))
-    assert len(sketches) == 3
+    with_pack, sketches = packed(SR.generate_sketches(task_of(matmul())))
+    assert len(sketches) == 3 and len(with_pack) == 3  # Ansor's three, and each with B packed
     kinds = by_structure(sketches)
     assert set(kinds) == {"plain", 1, 3}
     assert names(kinds["plain"], "C") == ["i.0", "j.0", "i.1", "j.1", "k.0", "i.2", "j.2", "k.1", "i.3", "j.3"]
@@ -54,8 +60,8 @@ def test_matmul_has_three_sketches_ssrsrs_and_cache_write_fused_at_two_levels():
 
 
 def test_matmul_bias_relu_inlines_bias_and_fuses_the_matmul_into_relu():
-    sketches = SR.generate_sketches(task_of(matmul_bias_relu()))
-    assert len(sketches) == 3
+    with_pack, sketches = packed(SR.generate_sketches(task_of(matmul_bias_relu())))
+    assert len(sketches) == 3 and len(with_pack) == 3
     for s in sketches:
         assert s["D"].compute_at == "inline"
         assert s["E"].compute_at == "root"
@@ -63,6 +69,33 @@ def test_matmul_bias_relu_inlines_bias_and_fuses_the_matmul_into_relu():
     kinds = by_structure(sketches)
     assert set(kinds) == {"plain", 1, 3}
     assert kinds[1]["C"].attach == (kinds[1].stage_index("E"), 1)
+
+
+def test_pack_copy_reads_the_input_for_the_tiled_stage_and_is_sampled_inside_its_tiles():
+    task = task_of(matmul(64, 64, 64))
+    with_pack, _ = packed(SR.generate_sketches(task))
+    for s in with_pack:
+        copy = s.stage_index("B.local")
+        tiled = "C.local" if any(st.name == "C.local" for st in s.stages) else "C"
+        assert s.stages[copy].origin == "cache_read" and s.consumers(copy) == [s.stage_index(tiled)]
+        assert s.consumers(s.stage_index("B")) == [copy]
+    rng = np.random.default_rng(3)
+    programs = [p for p in SR.sample_programs(task, with_pack, 24, rng)]
+    assert programs
+    for p in programs:  # never at root (a plain copy of B) nor inlined (no copy at all)
+        assert p["B.local"].compute_at == "iter"
+
+
+def test_no_pack_copy_for_a_constant_input_under_layout_rewrite_or_an_input_read_along_the_reduction():
+    A, B, C = matmul()
+    Bc = ir.placeholder((32, 32), name="B", constant=True)
+    r = ir.reduce_axis(32, name="k")
+    Cc = ir.compute((32, 32), lambda i, j: ir.sum(A[i, r] * Bc[r, j], axis=r), name="C")
+    assert not packed(SR.generate_sketches(task_of([A, Bc, Cc])))[0]  # the layout rewrite packs B
+    no_rewrite = ir.SearchTask(ir.ComputeDAG([A, Bc, Cc]), hardware=ir.HardwareParams(num_cores=2, vector_lanes=16),
+                               layout_rewrite=False)
+    assert len(packed(SR.generate_sketches(no_rewrite))[0]) == 3
+    assert not packed(SR.generate_sketches(task_of(matmul())), "A")[0]  # A[i, k]: its rows are contiguous already
 
 
 def test_conv_layer_inlines_pad_bias_and_batch_norm():
@@ -142,16 +175,16 @@ def test_user_registered_rule_changes_the_sketches():
     task = task_of(matmul())
     rule = SR.register_sketch_rule(OwnTiles(), before="add_cache_write")
     try:
-        sketches = SR.generate_sketches(task)
+        with_pack, sketches = packed(SR.generate_sketches(task))
     finally:
         SR.unregister_sketch_rule(rule)
-    assert len(sketches) == 1
+    assert len(sketches) == 1 and len(with_pack) == 1
     assert names(sketches[0], "C") == ["i.0", "j.0", "k", "i.1", "j.1"]
-    assert len(SR.generate_sketches(task)) == 3  # unregistered: back to the built-in rules
+    assert len(SR.generate_sketches(task)) == 6  # unregistered: back to the built-in rules
 
 
 def test_per_task_custom_rules_come_first():
-    sketches = SR.generate_sketches(task_of(matmul()), custom_rules=[OwnTiles()])
+    with_pack, sketches = packed(SR.generate_sketches(task_of(matmul()), custom_rules=[OwnTiles()]))
     assert len(sketches) == 1 and names(sketches[0], "C") == ["i.0", "j.0", "k", "i.1", "j.1"]
 
 
