@@ -152,8 +152,13 @@ class SketchPolicy:
 
     def next_batch(self, n: int) -> list[ir.State]:
         """Up to ``n`` programs never measured: the best predicted after evolution, with an
-        epsilon share of fresh random programs (Ansor's PickStatesWithEpsGreedy)."""
+        epsilon share of fresh random programs (Ansor's PickStatesWithEpsGreedy); random
+        programs only while the model cannot rank."""
         p = self.params
+        if not getattr(self.model, "can_rank", True):
+            batch = self.random_batch(n)
+            self.stats = {"init_population": len(batch), "evolved": 0, "eps": 1.0}
+            return batch
         for _ in range(max(1, p.retry_on_empty)):
             init = self.sample_initial()
             n_measured = min(len(self.measured), int(p.init_use_measured_ratio * p.population))
@@ -180,6 +185,21 @@ class SketchPolicy:
                 self.stats = {"init_population": len(init), "evolved": len(best), "eps": eps}
                 return list(batch.values())
         return []
+
+    def random_batch(self, n: int) -> list[ir.State]:
+        """Up to ``n`` fresh random programs never measured: the batch while the model cannot
+        rank yet (Ansor's RandomSampleStates), when evolving under random scores would only
+        cost time."""
+        batch: dict[str, ir.State] = {}
+        fruitless = 0
+        while len(batch) < n and fruitless <= max(1, self.params.retry_on_empty):
+            before = len(batch)
+            for s in sketch_rules.sample_programs(self.task, self.sketches, 2 * (n - len(batch)), self.rng):
+                key = str(s)
+                if key not in self.measured_keys and len(batch) < n:
+                    batch.setdefault(key, s)
+            fruitless = fruitless + 1 if len(batch) == before else 0
+        return list(batch.values())
 
     def _epsilon(self, candidates) -> float:
         """Fixed ``eps_greedy``, or (AdaTune) the model's relative uncertainty on the best

@@ -92,6 +92,12 @@ class CostModel:
     def __init__(self, extractor: FeatureExtractor | None = None):
         self.extractor = extractor
 
+    @property
+    def can_rank(self) -> bool:
+        """Whether the scores rank programs (a model still in its warm-up scores at random:
+        searching under it is only a slower way to sample at random)."""
+        return True
+
     def features(self, task, states) -> list[np.ndarray]:
         return extract_features(task, states, self.extractor)
 

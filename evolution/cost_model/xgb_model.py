@@ -137,6 +137,10 @@ class XGBoostModel(CostModel):
         return booster, booster.num_boosted_rounds()
 
     # predicting ----------------------------------------------------------------------------
+    @property
+    def can_rank(self) -> bool:
+        return self.booster is not None or self.base_model is not None
+
     def _base_rows(self, rows: np.ndarray):
         if self.base_model is None or len(rows) == 0:
             return None
@@ -218,6 +222,10 @@ class XGBoostEnsemble(CostModel):
         for m in self.members:
             m.fit(data, sample=self.rng.integers(0, n, size=n))
 
+    @property
+    def can_rank(self) -> bool:
+        return any(m.can_rank for m in self.members)
+
     def _member_scores(self, features) -> np.ndarray:
         return np.stack([m.predict_features(features) for m in self.members])
 
@@ -253,6 +261,8 @@ class RandomModel(CostModel):
     def __init__(self, seed=None):
         super().__init__(None)
         self.rng = _rng(seed)
+
+    can_rank = False
 
     def update(self, records: Iterable) -> None:
         for _ in records:

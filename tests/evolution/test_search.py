@@ -120,6 +120,29 @@ def test_policy_never_proposes_a_measured_program_and_improves():
     assert best[-1] < best[0]
 
 
+class Untrained(XGBoostModel):
+    """A model in its warm-up that fails if the policy asks it to score anything."""
+
+    def predict(self, task, states):
+        raise AssertionError("an untrained model was asked to rank programs")
+
+
+def test_policy_samples_at_random_until_the_model_can_rank():
+    task, sketches = SETUPS["matmul"]
+    model = Untrained(num_warmup_sample=12, seed=0)
+    policy = SketchPolicy(task, model, SearchParams(population=48, generations=2), seed=0, sketches=sketches)
+    assert not model.can_rank
+    first = policy.next_batch(8)
+    assert len(first) == 8 and len({str(s) for s in first}) == 8 and policy.stats["evolved"] == 0
+    policy.update(first, [synthetic_cost(s) for s in first])
+    second = policy.next_batch(8)  # 8 programs seen, warm-up is 12: still random, none repeated
+    assert len(second) == 8 and not {str(s) for s in second} & {str(s) for s in first}
+    policy.update(second, [synthetic_cost(s) for s in second])
+    assert model.can_rank
+    with pytest.raises(AssertionError, match="asked to rank"):  # trained: now the search uses it
+        policy.next_batch(8)
+
+
 @pytest.mark.parametrize("name", ["matmul", "conv2d"])
 def test_short_tuning_improves_and_matches_numpy(name, tmp_path):
     import autosched
