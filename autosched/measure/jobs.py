@@ -33,6 +33,8 @@ KERNEL_NAME = "measured_kernel"
 _tasks: "OrderedDict[str, object]" = OrderedDict()
 _references: "OrderedDict[tuple, Reference]" = OrderedDict()
 _inputs: "OrderedDict[tuple, list]" = OrderedDict()
+#: the fastest mean cost this worker has timed per task key (see RunOptions.slow_single_repeat)
+_fastest: "OrderedDict[str, float]" = OrderedDict()
 _flush_buffer: np.ndarray | None = None
 
 
@@ -146,6 +148,9 @@ class RunOptions:
     seed: int = DEFAULT_SEED
     #: stop adding repeats once they have taken this long (at least one repeat is made)
     max_timing_s: float = 1.0
+    #: a program whose first repeat is this many times slower than the fastest program of
+    #: its task this worker has timed is timed once (None: never)
+    slow_single_repeat: float | None = 4.0
 
 
 def _llc_bytes() -> int:
@@ -234,16 +239,22 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         kernel_time += probe_time
         if number == 1 and probe_time >= opts.min_repeat_ms * 1e-3:
             costs.append(probe_time)  # one call already lasts a repeat: the probe is one
+    fastest = _fastest.get(task_key)
     while len(costs) < opts.repeat:
         if opts.adaptive and len(costs) >= max(2, opts.min_repeats) and _cv(costs) < opts.cv_threshold:
             break
         if costs and sum(costs) * number >= opts.max_timing_s:
+            break
+        if costs and fastest and opts.slow_single_repeat and costs[0] > opts.slow_single_repeat * fastest:
             break
         if opts.cache_flush:
             flush_cpu_cache()
         seconds = run(number)
         kernel_time += seconds
         costs.append(seconds / number)
+    mean = statistics.fmean(costs)
+    if fastest is None or mean < fastest:
+        _remember(_fastest, task_key, mean, 64)
     return {"error_no": 0, "error_msg": "", "costs": costs, "number": number, "repeats": len(costs),
             "saved_repeats": opts.repeat - len(costs) if opts.adaptive else 0,
             "kernel_time": kernel_time, "verified": ref is not None, "time": _elapsed(t0)}

@@ -33,7 +33,9 @@ class LocalRunner:
     Whatever the mode, repeats stop once they have taken ``max_timing_s`` seconds (at least
     one is made), and a probe of one call that already lasts ``min_repeat_ms`` counts as
     the first repeat: a slow program is timed in a few calls, not ten (the search needs to
-    know it is slow, not by how much to the last percent).
+    know it is slow, not by how much to the last percent). For the same reason a program
+    whose first repeat is ``slow_single_repeat`` times slower than the fastest program of
+    its task timed so far (by the same worker) is timed once (None: never).
 
     Verification (on by default): before timing, the program runs once on random inputs
     (seed ``verify_seed``) and its outputs are compared with the naive program's, within a
@@ -49,7 +51,8 @@ class LocalRunner:
                  min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
                  adaptive: bool = True, cv_threshold: float = 0.05, min_repeats: int = 3,
                  verify: bool = True, verify_seed: int = DEFAULT_SEED, reference_timeout: float = 300.0,
-                 n_parallel: int = 1, executor: Executor | None = None, max_timing_s: float = 1.0):
+                 n_parallel: int = 1, executor: Executor | None = None, max_timing_s: float = 1.0,
+                 slow_single_repeat: float | None = 4.0):
         flush = bool(enable_cpu_cache_flush)
         min_repeat_ms = (0.0 if flush else 40.0) if min_repeat_ms is None else min_repeat_ms
         if number < 1 or repeat < 1 or min_repeats < 1:
@@ -60,12 +63,14 @@ class LocalRunner:
                              f"{cv_threshold}, {max_timing_s}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds (or None), got {timeout!r}")
+        if slow_single_repeat is not None and slow_single_repeat < 1:
+            raise ValueError(f"slow_single_repeat must be >= 1 (or None), got {slow_single_repeat!r}")
         self.timeout = timeout
         self.reference_timeout = reference_timeout
         self.options = RunOptions(number=number, repeat=repeat, min_repeat_ms=float(min_repeat_ms),
                                   cache_flush=flush, adaptive=bool(adaptive), cv_threshold=float(cv_threshold),
                                   min_repeats=min_repeats, verify=bool(verify), seed=verify_seed,
-                                  max_timing_s=float(max_timing_s))
+                                  max_timing_s=float(max_timing_s), slow_single_repeat=slow_single_repeat)
         self.n_parallel = n_parallel
         self._own = executor is None
         self._executor = executor

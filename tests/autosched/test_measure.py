@@ -51,7 +51,7 @@ def builder():
 
 @pytest.fixture(scope="module")
 def runner():
-    r = LocalRunner(timeout=3, min_repeat_ms=2, repeat=5)
+    r = LocalRunner(timeout=3, min_repeat_ms=2, repeat=5, slow_single_repeat=None)  # every good one: >= 3 repeats
     yield r
     r.close()
 
@@ -189,6 +189,36 @@ def test_slow_programs_are_timed_in_few_calls(task, states, builder):
     assert res.ok and res.number == 1 and res.repeats == 6
     with pytest.raises(ValueError, match="max_timing_s"):
         LocalRunner(max_timing_s=-1)
+
+
+def test_a_program_far_slower_than_the_fastest_so_far_is_timed_once(task, states, builder):
+    """Run here, in this process, so that the worker's memory of the fastest program can
+    be set: 1 ns makes any program hopeless; a slower record is replaced by this one."""
+    from autosched.measure import jobs
+    from autosched.measure.executors import task_payload
+    inputs = [MeasureInput(task, states[1])]
+    (build,) = builder.build(inputs)
+    key, payload = task_payload(task)
+    opts = jobs.RunOptions(min_repeat_ms=0.01, repeat=6, adaptive=False, verify=False, max_timing_s=100)
+
+    def run(**changes):
+        res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
+                           dataclasses.replace(opts, **changes), None)
+        assert res["error_no"] == 0, res["error_msg"]
+        return res
+    saved = dict(jobs._fastest)
+    try:
+        jobs._fastest[key] = 1e-9
+        assert run()["repeats"] == 1
+        assert run(slow_single_repeat=None)["repeats"] == 6
+        jobs._fastest[key] = 1.0
+        res = run()
+        assert res["repeats"] == 6 and jobs._fastest[key] == pytest.approx(sum(res["costs"]) / 6)
+    finally:
+        jobs._fastest.clear()
+        jobs._fastest.update(saved)
+    with pytest.raises(ValueError, match="slow_single_repeat"):
+        LocalRunner(slow_single_repeat=0.5)
 
 
 def test_cache_flush_times_single_cold_calls(task, states, builder):
