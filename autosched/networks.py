@@ -22,7 +22,7 @@ from task_scheduler import PrintTableInfo, TaskScheduler
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
 from .records import programs_of, read_records
-from .tune import make_cost_model
+from .tune import make_cost_model, search_workers
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -123,9 +123,9 @@ class _NoPrograms:
         pass
 
 
-def _make_policy(task, model, search_params, seed):
+def _make_policy(task, model, search_params, seed, executor=None):
     try:
-        return SketchPolicy(task, model, search_params, seed=seed)
+        return SketchPolicy(task, model, search_params, seed=seed, executor=executor)
     except (ValueError, ir.InvalidStep) as err:
         warnings.warn(f"autosched: no search space for task {task.desc} ({type(err).__name__}: {err}); it is not "
                       "tuned and runs a default schedule", RuntimeWarning, stacklevel=3)
@@ -175,7 +175,9 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     if trials is None:
         trials = 1000 * len(tasks)
     model = make_cost_model(cost_model, seed)
-    policies = [_make_policy(t, model, search_params, seed + i) for i, t in enumerate(tasks)]
+    search_params = search_params or SearchParams()
+    search_pool = search_workers(search_params, max(t.hardware.num_cores for t in tasks)) if tasks else None
+    policies = [_make_policy(t, model, search_params, seed + i, search_pool) for i, t in enumerate(tasks)]
     cbs = list(callbacks) if callbacks is not None else []
     if verbose and not any(isinstance(c, PrintTableInfo) for c in cbs):
         cbs.append(PrintTableInfo(progress=verbose > 1))
@@ -195,6 +197,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
         best_costs = [float(measurer.best_cost(t)) for t in tasks]
     finally:
         measurer.close()
+        if search_pool is not None:
+            search_pool.shutdown()
     best_states = {k: v for k, v in best_states.items() if v is not None}
     return NetworkTuneResult(parts, tasks, weights, best_costs, best_states, scheduler, scheduler.total_trials,
                              list(scheduler.curve))

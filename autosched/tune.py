@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import ir
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel
 
-from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
+from .measure import LocalBuilder, LocalRunner, ProgramMeasurer, WorkerPool
 from .records import programs_of, read_records
 from .space import as_task
 
@@ -77,7 +77,9 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     task = as_task(dag_or_task, layout_rewrite=layout_rewrite)
     model = make_cost_model(cost_model, seed)
     measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), log_file=log_file)
-    policy = SketchPolicy(task, model, search_params, seed=seed, custom_rules=custom_rules)
+    search_params = search_params or SearchParams()
+    search_pool = search_workers(search_params, task.hardware.num_cores)
+    policy = SketchPolicy(task, model, search_params, seed=seed, custom_rules=custom_rules, executor=search_pool)
     flops = task.dag.flop_count()
     _resume(task, policy, log_file)
     history, done, since_best = [], 0, 0
@@ -111,9 +113,18 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
         if verbose:
             print(file=sys.stderr)
         measurer.close()
+        if search_pool is not None:
+            search_pool.shutdown()
     result = _result(task, measurer, done, history, t_search, t_measure)
     result.time_build, result.time_run = t_build, t_run
     return result
+
+
+def search_workers(params: SearchParams, num_cores: int) -> WorkerPool | None:
+    """The worker processes the search's islands evolve in (None: one island, in this
+    process); measurement does not run while the search does, so they use its cores."""
+    n = params.n_islands(num_cores)
+    return WorkerPool(n, name="autosched-search", preload=("numpy", "ir", "evolution")) if n > 1 else None
 
 
 def _resume(task, policy: SketchPolicy, log_file: str | None) -> None:

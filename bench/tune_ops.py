@@ -23,6 +23,7 @@ import ir  # noqa: E402
 import autosched  # noqa: E402
 import sketch_rules  # noqa: E402
 from autosched import ops  # noqa: E402
+from autosched.tune import search_workers  # noqa: E402
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel  # noqa: E402
 
 #: TVM MetaSchedule (anchors.md) as a ratio to the library it was measured beside, with its
@@ -204,7 +205,7 @@ def _vs_anchor(name, history, numpy_gflops, torch_gflops) -> dict:
 
 
 def _params(args) -> SearchParams:
-    return SearchParams(population=args.population, generations=args.generations,
+    return SearchParams(population=args.population, generations=args.generations, islands=args.islands,
                         random_walk_q=args.random_walk_q, contextual_eps=args.contextual_eps)
 
 
@@ -300,8 +301,9 @@ def round_time(args) -> list[dict]:
     w = ops.suite_workload("GMM-1x1024x1024x1024")
     task = ir.SearchTask(ir.ComputeDAG(w.tensors))
     model = XGBoostModel(seed=args.seed)
-    policy = SketchPolicy(task, model, SearchParams(population=args.population, generations=args.generations),
-                          seed=args.seed)
+    params = SearchParams(population=args.population, generations=args.generations, islands=args.islands)
+    pool = search_workers(params, task.hardware.num_cores)  # as auto_schedule does
+    policy = SketchPolicy(task, model, params, seed=args.seed, executor=pool)
     measurer = autosched.ProgramMeasurer()
     try:
         first = policy.next_batch(args.batch)  # the model learns from one measured batch first
@@ -314,8 +316,11 @@ def round_time(args) -> list[dict]:
         measure_s = time.perf_counter() - t0
     finally:
         measurer.close()
+        if pool is not None:
+            pool.shutdown()
     if not args.json_only:
-        print(f"\none search round (population {args.population}, {args.generations} generations, GMM-1024): "
+        print(f"\none search round (population {args.population}, {args.generations} generations, "
+              f"{params.n_islands(task.hardware.num_cores)} island(s), GMM-1024): "
               f"{search_s:.1f} s; measuring its batch of {len(batch)}: {measure_s:.1f} s")
     return [common.json_row("search round GMM-1024", search_s=search_s, measure_s=measure_s, batch=len(batch),
                             population=args.population, generations=args.generations)]
@@ -330,6 +335,8 @@ def main(argv=None) -> None:
                         help="suite names or family codes (GMM C2D ...); default: the whole suite + CBR, TBS")
     parser.add_argument("--population", type=int, default=2048)
     parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--islands", type=int, default=None,
+                        help="search processes (default: one per core for populations of 512 and more)")
     parser.add_argument("--random-walk-q", type=float, default=None, help="OpEvo's q-random walk tile mutation")
     parser.add_argument("--contextual-eps", action="store_true", help="AdaTune's contextual epsilon")
     parser.add_argument("--seed", type=int, default=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 import ir
 import sketch_rules
 
+from . import islands
 from .crossover import Crossover
 from .genes import sketch_length
 from .mutation import CPU_MUTATION_WEIGHTS, mutate
@@ -38,15 +40,26 @@ class SearchParams:
     random_walk_q: float | None = None
     #: AdaTune: the exploration share from the model's uncertainty instead of eps_greedy
     contextual_eps: bool = False
+    #: islands evolving in parallel processes when the policy has an executor (None: one
+    #: per core for populations of 512 and more, else 1); see ``evolution.islands``
+    islands: int | None = None
+
+    def n_islands(self, num_cores: int) -> int:
+        if self.islands is not None:
+            return max(1, self.islands)
+        return max(1, num_cores) if self.population >= 512 else 1
 
 
 class SketchPolicy:
     """Evolutionary search for one task. ``next_batch(n)`` proposes programs never measured
-    before; ``update(states, costs)`` records measurements and retrains the cost model."""
+    before; ``update(states, costs)`` records measurements and retrains the cost model.
+    ``executor`` (a ``concurrent.futures.Executor`` of processes): evolve in
+    ``params.islands`` islands there (see ``evolution.islands``)."""
 
     def __init__(self, task: ir.SearchTask, cost_model, params: SearchParams | None = None, seed: int = 0,
-                 sketches=None, custom_rules=None):
+                 sketches=None, custom_rules=None, executor=None):
         self.task = task
+        self.executor = executor
         self.model = cost_model
         self.params = params or SearchParams()
         self.rng = np.random.default_rng(seed)
@@ -101,6 +114,18 @@ class SketchPolicy:
         """Evolve ``population`` for ``generations`` rounds of selection (probability
         proportional to predicted fitness), mutation and crossover; the ``out_size`` best
         predicted programs seen that were never measured, best first."""
+        n_islands = self.params.n_islands(self.task.hardware.num_cores)
+        if self.executor is not None and n_islands > 1 and len(population) >= n_islands:
+            try:
+                futures = islands.submit_islands(self.executor, self, population, out_size, n_islands)
+                return [s for _, s in islands.merge_islands(self.task.dag, [f.result() for f in futures], out_size)]
+            except Exception as err:  # noqa: BLE001 - a broken worker must not end the tuning
+                warnings.warn(f"autosched: evolving in parallel processes failed ({type(err).__name__}: {err}); "
+                              "this round evolves in this process", RuntimeWarning, stacklevel=2)
+        return [s for _, s in self.evolve_scored(population, out_size)]
+
+    def evolve_scored(self, population: list[ir.State], out_size: int) -> list[tuple[float, ir.State]]:
+        """``evolve`` in this process, with the predicted score of each program."""
         p = self.params
         best: dict[str, tuple[float, ir.State]] = {}
         max_innermost = self.task.hardware.max_innermost_split_factor
@@ -117,8 +142,7 @@ class SketchPolicy:
             if generation == p.generations:
                 break
             population = self._next_generation(population, scores, max_innermost)
-        ranked = sorted(best.values(), key=lambda v: -v[0])
-        return [s for _, s in ranked[:out_size]]
+        return sorted(best.values(), key=lambda v: -v[0])[:out_size]
 
     def _next_generation(self, population, scores, max_innermost) -> list[ir.State]:
         p = self.params

@@ -282,7 +282,7 @@ class WorkerPool(Executor):
     def _wait_and_handle(self) -> None:
         now = time.monotonic()
         watched = [w for w in self._workers if w.state in ("starting", "busy")]
-        deadlines = [w.deadline for w in watched if w.state == "busy"]
+        deadlines = [w.deadline for w in watched if w.state == "busy" and w.deadline != float("inf")]
         deadlines += [w.since + self.start_timeout for w in watched if w.state == "starting"]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         by_conn = {w.recv: w for w in watched}

@@ -92,6 +92,11 @@ class CostModel:
     def __init__(self, extractor: FeatureExtractor | None = None):
         self.extractor = extractor
 
+    def predictor(self) -> "CostModel":
+        """This model as another process needs it to score programs (no training data, no
+        feature cache): what is sent to the search's worker processes."""
+        return self
+
     @property
     def can_rank(self) -> bool:
         """Whether the scores rank programs (a model still in its warm-up scores at random:

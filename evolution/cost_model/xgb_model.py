@@ -15,6 +15,8 @@ version (pyproject pins xgboost-cpu>=2.1,<4).
 """
 from __future__ import annotations
 
+import copy
+
 import json
 import math
 from typing import Iterable
@@ -141,6 +143,12 @@ class XGBoostModel(CostModel):
     def can_rank(self) -> bool:
         return self.booster is not None or self.base_model is not None
 
+    def predictor(self) -> "XGBoostModel":
+        clone = copy.copy(self)
+        clone.data, clone.extractor = TrainingSet(), None
+        clone.base_model = self.base_model.predictor() if self.base_model is not None else None
+        return clone
+
     def _base_rows(self, rows: np.ndarray):
         if self.base_model is None or len(rows) == 0:
             return None
@@ -225,6 +233,12 @@ class XGBoostEnsemble(CostModel):
     @property
     def can_rank(self) -> bool:
         return any(m.can_rank for m in self.members)
+
+    def predictor(self) -> "XGBoostEnsemble":
+        clone = copy.copy(self)
+        clone.data, clone.extractor = TrainingSet(), None
+        clone.members = [m.predictor() for m in self.members]
+        return clone
 
     def _member_scores(self, features) -> np.ndarray:
         return np.stack([m.predict_features(features) for m in self.members])

@@ -103,6 +103,8 @@ def test_worker_pool_runs_in_parallel_and_rejects_unpicklable():
         assert time.monotonic() - t0 < 0.95
         with pytest.raises(TypeError, match="cannot send"):
             pool.submit(lambda: 1)
+    with WorkerPool(max_workers=1) as untimed:  # no timeout: waits as long as the task takes
+        assert untimed.submit(time.sleep, 0.2).result() is None and untimed.submit(os.getpid).result() > 0
 
 
 # builder and runner --------------------------------------------------------------------

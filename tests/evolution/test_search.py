@@ -143,6 +143,42 @@ def test_policy_samples_at_random_until_the_model_can_rank():
         policy.next_batch(8)
 
 
+def island_batches(executor, seed, rounds=2):
+    task, sketches = SETUPS["matmul"]
+    policy = SketchPolicy(task, XGBoostModel(num_warmup_sample=8, seed=seed),
+                          SearchParams(population=48, generations=2, init_min_population=16, islands=2), seed=seed,
+                          sketches=sketches, executor=executor)
+    out = []
+    for _ in range(rounds):
+        states = policy.next_batch(8)
+        policy.update(states, [synthetic_cost(s) for s in states])
+        out.append([str(s) for s in states])
+    return out, policy
+
+
+def test_islands_in_worker_processes_are_deterministic_and_propose_valid_unmeasured_programs():
+    from autosched import WorkerPool
+    with WorkerPool(2) as pool:
+        a, policy = island_batches(pool, seed=4, rounds=3)
+        b, _ = island_batches(pool, seed=4, rounds=3)
+    assert a == b
+    flat = [p for batch in a for p in batch]
+    assert len(flat) == len(set(flat)) == 24
+    for _, _, state in policy.measured[-8:]:  # the islands' programs (the model was trained by then)
+        check_program("matmul", state)
+
+
+class BrokenExecutor:
+    def submit(self, fn, *args, **kwargs):
+        raise RuntimeError("no workers here")
+
+
+def test_a_failing_island_executor_falls_back_to_evolving_here():
+    with pytest.warns(RuntimeWarning, match="evolving in parallel processes failed"):
+        a, _ = island_batches(BrokenExecutor(), seed=4)
+    assert [len(batch) for batch in a] == [8, 8]
+
+
 @pytest.mark.parametrize("name", ["matmul", "conv2d"])
 def test_short_tuning_improves_and_matches_numpy(name, tmp_path):
     import autosched

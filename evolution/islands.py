@@ -1,0 +1,60 @@
+"""Evolution split over worker processes (an island model). While the search runs nothing
+is measured, so the cores the runner uses are idle and the search (pure Python, one
+core) is what a tuning round waits for. Each island evolves a share of the population
+under the same cost model, for the same generations, and returns its best predicted
+programs as steps; the caller rebuilds the few it keeps.
+
+What crosses the process boundary is small and plain: the task, the sketches' and the
+population's steps, the set of measured program keys, and the model without its training
+data (``CostModel.predictor``). Each island's randomness comes from a seed the caller
+draws, so a round is deterministic for a seed and a number of islands.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .genes import replay
+
+
+def evolve_island(task, sketch_steps, model, params, measured_keys, population_steps, out_size: int,
+                  seed: int) -> list[tuple[float, tuple]]:
+    """Run in a worker: evolve ``population_steps`` (programs as step tuples) with
+    ``params`` and ``model``; the ``out_size`` best predicted programs never measured, as
+    (score, steps), best first."""
+    from .search_policy import SketchPolicy
+    dag = task.dag
+    sketches = [replay(dag, steps) for steps in sketch_steps]
+    if any(s is None for s in sketches):
+        raise ValueError("a sketch does not replay in the island's process")
+    policy = SketchPolicy(task, model, params, seed=seed, sketches=sketches)
+    policy.measured_keys = set(measured_keys)
+    population = [s for s in (replay(dag, steps) for steps in population_steps) if s is not None]
+    return [(score, tuple(state.steps)) for score, state in policy.evolve_scored(population, out_size)]
+
+
+def submit_islands(executor, policy, population, out_size: int, n_islands: int) -> list:
+    """Futures of ``n_islands`` islands, each with every n-th program of ``population``
+    and ``population // n_islands`` programs a generation (the same total as one)."""
+    params = replace(policy.params, population=max(1, policy.params.population // n_islands))
+    seeds = policy.rng.integers(0, 2 ** 63 - 1, size=n_islands)
+    model = policy.model.predictor()
+    sketch_steps = [tuple(s.steps) for s in policy.sketches]
+    keys = sorted(policy.measured_keys)
+    return [executor.submit(evolve_island, policy.task, sketch_steps, model, params, keys,
+                            [tuple(s.steps) for s in population[i::n_islands]], out_size, int(seeds[i]))
+            for i in range(n_islands)]
+
+
+def merge_islands(dag, results, out_size: int) -> list[tuple[float, object]]:
+    """The ``out_size`` best (score, State) of all islands, best first, unique by program
+    (the same program found by two islands counts once); steps that do not replay here
+    are dropped."""
+    ranked = sorted((item for island in results for item in island), key=lambda item: -item[0])
+    out: dict[str, tuple[float, object]] = {}
+    for score, steps in ranked:
+        if len(out) >= out_size:
+            break
+        state = replay(dag, steps)
+        if state is not None:
+            out.setdefault(str(state), (score, state))
+    return list(out.values())
