@@ -296,8 +296,8 @@ def _plot(curves, title) -> None:
 
 
 def round_time(args) -> list[dict]:
-    """One search round at full size (population 2048, 4 generations) on GMM-1024, beside
-    the time to measure the batch it proposes."""
+    """One search round at full size (population 2048, 4 generations) on GMM-1024, once the
+    cost model is trained, beside the time to measure the batch it proposes."""
     w = ops.suite_workload("GMM-1x1024x1024x1024")
     task = ir.SearchTask(ir.ComputeDAG(w.tensors))
     model = XGBoostModel(seed=args.seed)
@@ -306,8 +306,9 @@ def round_time(args) -> list[dict]:
     policy = SketchPolicy(task, model, params, seed=args.seed, executor=pool)
     measurer = autosched.ProgramMeasurer()
     try:
-        first = policy.next_batch(args.batch)  # the model learns from one measured batch first
-        policy.update(first, [r.mean_cost if r.ok else None for r in measurer.measure(task, first)])
+        while not model.can_rank:  # random batches until the model is past its warm-up
+            first = policy.next_batch(args.batch)
+            policy.update(first, [r.mean_cost if r.ok else None for r in measurer.measure(task, first)])
         t0 = time.perf_counter()
         batch = policy.next_batch(args.batch)
         search_s = time.perf_counter() - t0
