@@ -18,13 +18,14 @@ import ir
 from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FuseStep, PragmaStep,
                       SplitStep)
 from sketch_rules import analysis as A
-from sketch_rules.annotation import AUTO_UNROLL_CHOICES_CPU, compute_location_choices
+from sketch_rules.annotation import AUTO_UNROLL_CHOICES_CPU, compute_location_choices, divisors
 
 from .genes import lengths_from_parts, replay, split_parts, with_step
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(2, n + 1) if n % d == 0]
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n`` above 1 (a fused reduction can be a million long: not by trial)."""
+    return tuple(d for d in divisors(n) if d > 1)
 
 
 def _prime_factors(n: int) -> list[int]:
@@ -60,8 +61,8 @@ def mutate_tile_size(state: ir.State, rng: np.random.Generator, max_innermost: i
         src = src_choices[int(rng.integers(len(src_choices)))]
         dst = int(rng.integers(len(parts) - 1))
         dst = dst if dst < src else dst + 1
-        divisors = _divisors(parts[src])
-        factor = divisors[int(rng.integers(len(divisors)))]
+        choices = _divisors(parts[src])
+        factor = choices[int(rng.integers(len(choices)))]
         new = list(parts)
         new[src] //= factor
         new[dst] *= factor

@@ -25,7 +25,7 @@ def factorizations(extent: int, n: int, max_innermost: int) -> tuple[tuple[int, 
     if n == 0:
         return ((),)
     out = []
-    for first in _divisors(extent):
+    for first in divisors(extent):
         for rest in factorizations(extent // first, n - 1, max_innermost):
             if n == 1 and first > max_innermost:
                 continue
@@ -34,7 +34,8 @@ def factorizations(extent: int, n: int, max_innermost: int) -> tuple[tuple[int, 
 
 
 @functools.lru_cache(maxsize=4096)
-def _divisors(n: int) -> tuple[int, ...]:
+def divisors(n: int) -> tuple[int, ...]:
+    """All divisors of ``n``, ascending."""
     small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
     return tuple(sorted(set(small + [n // d for d in small])))
 
