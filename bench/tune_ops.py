@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -99,11 +100,10 @@ def numpy_baseline(w) -> float | None:
     return common.time_numpy(w.reference, inputs, min_time=0.2, repeat=3)
 
 
-def retime(result, w) -> float:
-    """The tuned kernel re-timed in this process (same conditions as the baselines)."""
+def retime(kernel, dag, w) -> float:
+    """A tuned kernel checked and re-timed in this process (same conditions as the baselines)."""
     inputs = w.random_inputs(np.random.default_rng(0))
-    kernel = result.kernel
-    args = [kernel.pack(t.name, a) if t.name in kernel.layouts else a for t, a in zip(result.task.dag.inputs, inputs)]
+    args = [kernel.pack(t.name, a) if t.name in kernel.layouts else a for t, a in zip(dag.inputs, inputs)]
     outputs = w.output_buffers()
     kernel(*args, *outputs)
     for got, want in zip(outputs, w.reference(inputs)):
@@ -111,18 +111,27 @@ def retime(result, w) -> float:
     return kernel.time(*args, *outputs, number=1, repeat=5, min_repeat_ms=50).median
 
 
-def compare_speeds(result, w, rounds: int = 3) -> list:
-    """Seconds per call of the tuned kernel, numpy and PyTorch (None where it does not
-    apply), timed in turns ``rounds`` times, the fastest of each kept: on a shared machine a
-    slow spell then hits all three instead of one of them."""
-    timers = (lambda: retime(result, w), lambda: numpy_baseline(w), lambda: torch_baseline(w))
-    best = [None, None, None]
+def compare_speeds(kernels, dag, w, rounds: int = 3) -> tuple[list, float | None, float | None]:
+    """Seconds per call of each tuned kernel, of numpy and of PyTorch (None where it does
+    not apply), timed in turns ``rounds`` times, the fastest of each kept: on a shared
+    machine a slow spell then hits all of them instead of one."""
+    timers = [lambda k=k: retime(k, dag, w) for k in kernels]
+    timers += [lambda: numpy_baseline(w), lambda: torch_baseline(w)]
+    best = [None] * len(timers)
     for _ in range(rounds):
         for i, timer in enumerate(timers):
             t = timer()
             if t is not None:
                 best[i] = t if best[i] is None else min(best[i], t)
-    return best
+    return best[:-2], best[-2], best[-1]
+
+
+def best_record_at(path, task, n: int):
+    """The fastest valid record among the first ``n`` records of ``task`` in a log (None if
+    it holds fewer than ``n``, or none of them is valid)."""
+    records = [r for r in autosched.read_records(path) if r.workload_key == task.workload_key]
+    valid = [r for r in records[:n] if r.ok]
+    return min(valid, key=lambda r: r.mean_cost) if len(records) >= n and valid else None
 
 
 def history_from_log(path, task) -> list[tuple[int, float, float]]:
@@ -155,55 +164,72 @@ def tune_suite(args, names) -> list[dict]:
                           "search s", "build s", "run s", "search s/round", "measure s/round"])
     vs_ms = common.Table(["workload", "trials", "ours/base", "MS/base", "ours vs MS", "our tuning s", "MS tuning s"])
     rows = []
-    for name in names:
-        w = ops.suite_workload(name)
-        task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=name)
-        log = os.path.join(args.log_dir, f"{name}.json") if args.log_dir else None
-        result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
-                                         log_file=log, search_params=_params(args), verbose=1)
-        rounds = max(len(result.history), 1)
-        per_round = (result.time_search / rounds, result.time_measure / rounds)
-        if result.kernel is None:
-            table.add(name, result.trials, None, None, None, None, None, result.time_search,
-                      result.time_build, result.time_run, *per_round)
-            rows.append(common.json_row(name, trials=result.trials, error="no valid program"))
-            continue
-        ours, nf, tf = (common.gflops(w.flops, t) for t in compare_speeds(result, w))
-        table.add(name, result.trials, ours, nf, tf, common.ratio(ours, nf), common.ratio(ours, tf),
-                  result.time_search, result.time_build, result.time_run, *per_round)
-        history = history_from_log(log, task) if log else result.history
-        comparisons = _vs_anchor(name, history, nf, tf)
-        for n, c in comparisons.items():
-            vs_ms.add(name, n, c["ours_vs_base"], c["ms_vs_base"], c["ours_vs_ms"], c["ours_s"], c["ms_s"])
-        if not args.json_only:  # a line as each workload ends: a long suite run killed midway keeps them
-            print(f"{name}: {ours:.1f} GFLOPS after {result.trials} trials; numpy {nf or 0:.1f}, "
-                  f"torch {tf or 0:.1f}", flush=True)
-        rows.append(common.json_row(name, ours, nf, tf, trials=result.trials, vs_ms=comparisons,
-                                    search_s=result.time_search, build_s=result.time_build, run_s=result.time_run,
-                                    search_s_per_round=per_round[0], measure_s_per_round=per_round[1],
-                                    wall_s=result.time_search + result.time_measure, history=result.history))
+    with tempfile.TemporaryDirectory() as scratch:  # without --log-dir: the logs the checkpoints come from
+        for name in names:
+            w = ops.suite_workload(name)
+            task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=name)
+            log = os.path.join(args.log_dir or scratch, f"{name}.json")
+            result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
+                                             log_file=log, search_params=_params(args), verbose=1)
+            rounds = max(len(result.history), 1)
+            per_round = (result.time_search / rounds, result.time_measure / rounds)
+            if result.kernel is None:
+                table.add(name, result.trials, None, None, None, None, None, result.time_search,
+                          result.time_build, result.time_run, *per_round)
+                rows.append(common.json_row(name, trials=result.trials, error="no valid program"))
+                continue
+            history = history_from_log(log, task)
+            checkpoints = _checkpoint_kernels(name, log, task)  # the best after 64, 256 trials (MS's)
+            secs, numpy_s, torch_s = compare_speeds([result.kernel, *checkpoints.values()], task.dag, w)
+            ours, nf, tf = (common.gflops(w.flops, t) for t in (secs[0], numpy_s, torch_s))
+            table.add(name, result.trials, ours, nf, tf, common.ratio(ours, nf), common.ratio(ours, tf),
+                      result.time_search, result.time_build, result.time_run, *per_round)
+            ours_at = {n: (common.gflops(w.flops, t), at_trials(history, n)[1]) for n, t in zip(checkpoints, secs[1:])}
+            comparisons = _vs_anchor(name, ours_at, nf, tf)
+            for n, c in comparisons.items():
+                vs_ms.add(name, n, c["ours_vs_base"], c["ms_vs_base"], c["ours_vs_ms"], c["ours_s"], c["ms_s"])
+            if not args.json_only:  # a line as each workload ends: a long suite run killed midway keeps them
+                print(f"{name}: {ours:.1f} GFLOPS after {result.trials} trials; numpy {nf or 0:.1f}, "
+                      f"torch {tf or 0:.1f}", flush=True)
+            rows.append(common.json_row(name, ours, nf, tf, trials=result.trials, vs_ms=comparisons,
+                                        search_s=result.time_search, build_s=result.time_build,
+                                        run_s=result.time_run, search_s_per_round=per_round[0],
+                                        measure_s_per_round=per_round[1],
+                                        wall_s=result.time_search + result.time_measure, history=result.history))
     if not args.json_only:
         table.print()
         if vs_ms.rows:
-            print("\nvs TVM MetaSchedule at equal trials (each as a ratio to the same vendor library, "
-                  "ours measured in this run; MS from anchors.md):")
+            print("\nvs TVM MetaSchedule at equal trials (each as a ratio to the same vendor library; ours: the "
+                  "best program after that many trials, re-timed in this run; MS from anchors.md):")
             vs_ms.print()
     return rows
 
 
-def _vs_anchor(name, history, numpy_gflops, torch_gflops) -> dict:
+def _checkpoint_kernels(name, log, task) -> dict:
+    """Trials -> the kernel of the best program after that many trials, for each trial
+    count MetaSchedule was measured at (and the log reaches)."""
+    out = {}
+    for n in ANCHORS.get(name, (None, {}))[1]:
+        rec = best_record_at(log, task, n)
+        if rec is not None:
+            out[n] = ir.build(task.dag, rec.state(task.dag), layout_rewrite=rec.layout_rewrite)
+    return out
+
+
+def _vs_anchor(name, ours_at, numpy_gflops, torch_gflops) -> dict:
     """Per trial count MetaSchedule was measured at: our best GFLOPS then relative to
-    MetaSchedule's, each as a ratio to the same vendor library (ours measured in this run,
-    theirs in anchors.md), and both tuning times."""
+    MetaSchedule's, each as a ratio to the same vendor library (ours re-timed in this run,
+    theirs in anchors.md), and both tuning times. ``ours_at``: trials -> (GFLOPS, tuning
+    seconds) of our best program after that many trials."""
     anchor = ANCHORS.get(name)
     if anchor is None:
         return {}
     base = numpy_gflops if anchor[0] == "numpy" else torch_gflops
     out = {}
     for n, (ms_ratio, ms_s) in anchor[1].items():
-        ours, ours_s = at_trials(history, n)
-        if ours is None or not base:
+        if n not in ours_at or not base:
             continue
+        ours, ours_s = ours_at[n]
         out[n] = {"ours_vs_base": ours / base, "ms_vs_base": ms_ratio, "ours_vs_ms": ours / base / ms_ratio,
                   "ours_s": ours_s, "ms_s": ms_s}
     return out

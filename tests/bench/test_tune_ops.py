@@ -35,16 +35,19 @@ def test_history_and_curve_from_a_log(tmp_path):
         [(2, pytest.approx(flops / 4e-6 / 1e9)), (4, pytest.approx(flops / 2e-6 / 1e9))]
     assert tune_ops.at_trials(history, 3) == (pytest.approx(flops / 2e-6 / 1e9), pytest.approx(2.5))
     assert tune_ops.at_trials(history, 6) == (None, None)  # tuning stopped before
+    assert tune_ops.best_record_at(str(log), task, 2).mean_cost == pytest.approx(4e-6)
+    assert tune_ops.best_record_at(str(log), task, 4).mean_cost == pytest.approx(2e-6)
+    assert tune_ops.best_record_at(str(log), task, 6) is None
 
 
 def test_comparison_with_metaschedule_uses_the_same_vendor_library():
     name = "GMM-1x1024x1024x1024"
     base, anchors = tune_ops.ANCHORS[name]
     assert base == "numpy"
-    history = [(64, 100.0, 50.0), (256, 200.0, 300.0)]
-    got = tune_ops._vs_anchor(name, history, numpy_gflops=200.0, torch_gflops=None)
+    ours_at = {64: (100.0, 50.0), 256: (200.0, 300.0)}  # GFLOPS re-timed, tuning seconds
+    got = tune_ops._vs_anchor(name, ours_at, numpy_gflops=200.0, torch_gflops=None)
     assert set(got) == {64, 256}
     assert got[256]["ours_vs_base"] == pytest.approx(1.0)
     assert got[256]["ours_vs_ms"] == pytest.approx(1.0 / anchors[256][0])
     assert got[64]["ours_s"] == 50.0 and got[64]["ms_s"] == anchors[64][1]
-    assert tune_ops._vs_anchor("GMM-1x8x8x8", history, 1.0, 1.0) == {}  # no anchor for it
+    assert tune_ops._vs_anchor("GMM-1x8x8x8", ours_at, 1.0, 1.0) == {}  # no anchor for it
