@@ -88,15 +88,13 @@ def torch_baseline(w) -> float | None:
 
 
 def numpy_baseline(w) -> float | None:
-    """numpy seconds: np.matmul for GMM, a BLAS dot per row for the norm (as fast as numpy
-    gets: the float64 reference runs at a seventh of it), the (vectorised) numpy reference
+    """numpy seconds: its own float32 routine where it has one (``ops.numpy_routine``:
+    np.matmul, a BLAS dot per row for the norm), the (vectorised, float64) numpy reference
     otherwise."""
     inputs = w.random_inputs(np.random.default_rng(0))
-    if w.name == "batch_matmul":
-        return common.time_numpy(np.matmul, inputs[0], inputs[1])
-    if w.name == "norm":
-        flat = inputs[0].reshape(inputs[0].shape[0], -1)
-        return common.time_numpy(lambda x: np.sqrt(np.array([np.dot(r, r) for r in x])), flat)
+    routine = ops.numpy_routine(w, inputs)
+    if routine is not None:
+        return common.time_numpy(routine)
     return common.time_numpy(w.reference, inputs, min_time=0.2, repeat=3)
 
 

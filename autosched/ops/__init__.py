@@ -21,7 +21,8 @@ Weights of network layers are placeholders marked ``constant`` (``weight_constan
 turns that off); the operands of matmul and batch_matmul are not, unless ``b_constant``.
 Flops count a multiply-add as 2 and index arithmetic not at all (see each module).
 
-The benchmark suite of the paper is ``suite()`` / ``suite_workload(name)``; its naming
+``numpy_routine(w, inputs)`` is numpy's own float32 routine for a workload where it has one
+(what to compare a tuned kernel with). The benchmark suite of the paper is ``suite()`` / ``suite_workload(name)``; its naming
 scheme (``C2D-1x56x56x64x64-k1s1p0``...) is described in ``suite``.
 """
 from .registry import OPERATORS, OperatorDef, Workload, normal, operator, operator_def, uniform, workload
@@ -33,6 +34,7 @@ from .nn import batch_norm, global_pool, layer_norm, pool, softmax
 from .transform import reshape, transpose
 from .subgraphs import conv_bn_relu, transpose_batch_matmul
 from .suite import FAMILIES, parse_suite_name, suite, suite_names, suite_workload
+from .baseline import numpy_routine
 
 __all__ = [
     "OPERATORS", "OperatorDef", "Workload", "normal", "operator", "operator_def", "uniform", "workload",
@@ -44,4 +46,5 @@ __all__ = [
     "reshape", "transpose",
     "conv_bn_relu", "transpose_batch_matmul",
     "FAMILIES", "parse_suite_name", "suite", "suite_names", "suite_workload",
+    "numpy_routine",
 ]

@@ -354,3 +354,21 @@ def test_bad_parameters_raise_clear_errors(build, message):
 def test_bad_call_names_the_signature():
     with pytest.raises(TypeError, match=r"operator 'matmul': .*its parameters are matmul\(N, M, K"):
         ops.workload("matmul", 3, 4)
+
+
+@pytest.mark.parametrize("name, args", [("matmul", (24, 40, 32)), ("batch_matmul", (2, 24, 40, 32)),
+                                        ("norm", (3, 16, 20))])
+def test_numpy_routine_is_float32_numpy_and_agrees_with_the_reference(name, args):
+    w = ops.workload(name, *args)
+    inputs = w.random_inputs(np.random.default_rng(0))
+    got = np.asarray(ops.numpy_routine(w, inputs)())
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, w.reference(inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_numpy_routine_of_transposed_operands_and_of_an_operator_numpy_lacks():
+    w = ops.workload("matmul", 24, 40, 32, transpose_a=True, transpose_b=True)
+    inputs = w.random_inputs(np.random.default_rng(1))
+    np.testing.assert_allclose(ops.numpy_routine(w, inputs)(), w.reference(inputs)[0], rtol=1e-4, atol=1e-4)
+    conv = ops.workload("conv2d", 1, 8, 8, 4, 8, 3, stride=1, padding=1, layout="NHWC")
+    assert ops.numpy_routine(conv, conv.random_inputs(np.random.default_rng(0))) is None
