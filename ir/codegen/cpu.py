@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtype as dt
-from . import expr as E
-from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store
-from .simplify import Simplifier, structural_key
-from .vecmath import math_function
+from .. import dtype as dt
+from .. import expr as E
+from ..loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store
+from ..simplify import Simplifier, structural_key
+from ..vecmath import math_function
 
 MAX_VECTOR_LANES = 16
 #: vector loops of at most this many chunks of MAX_VECTOR_LANES are unrolled
