@@ -1,0 +1,47 @@
+"""bench/vs_metaschedule.py's bookkeeping: the workload map, the geometric means, and the
+MetaSchedule wrapper without TVM installed."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+from autosched import ops
+
+from .test_bench_common import _load
+
+vs_ms = _load("vs_metaschedule")
+SHARED = pathlib.Path(vs_ms.DEFAULT_MS_DIR) / "workloads.py"
+
+
+def test_every_workload_is_a_suite_workload_of_the_same_flops():
+    for ms_name, name in vs_ms.SUITE_NAMES.items():
+        assert ops.suite_workload(name).flops > 0, ms_name
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/metaschedule is not beside this checkout")
+def test_the_map_is_the_shared_scripts_map():
+    spec = importlib.util.spec_from_file_location("ms_workloads", SHARED)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)  # defines TE workloads lazily: no TVM needed
+    assert vs_ms.SUITE_NAMES == module.SUITE_NAMES
+    for ms_name, name in vs_ms.SUITE_NAMES.items():  # the same computation counts the same FLOPs
+        assert module.WORKLOADS[ms_name].flops == pytest.approx(ops.suite_workload(name).flops), ms_name
+
+
+def test_geomean_ignores_missing_values():
+    assert vs_ms.geomean([2.0, None, 8.0]) == pytest.approx(4.0)
+    assert vs_ms.geomean([None]) is None
+
+
+def test_single_variant_rows():
+    rows = [{"workload": "A", "trials": 64}, {"workload": "B", "trials": 64}, {"workload": "B", "trials": 64}]
+    assert vs_ms._single_variant(rows, rows[0]) and not vs_ms._single_variant(rows, rows[1])
+
+
+def test_metaschedule_without_its_venv_is_unavailable(tmp_path):
+    ms = vs_ms.MetaSchedule(str(tmp_path / "no-python"), vs_ms.DEFAULT_MS_DIR, str(tmp_path))
+    assert not ms.available
