@@ -1,6 +1,6 @@
 """GPU derivation rules (Ansor 4.3): "SSSRRSRS" tiling fused at level 3, shared-memory
 cache reads and cross-thread reduction. They produce States with thread bindings as loop
-annotations; GPU code generation is not part of autosched yet."""
+annotations, which ``ir.lower_gpu`` lowers for the cuda target."""
 from __future__ import annotations
 
 import ir
@@ -11,7 +11,6 @@ from .cpu_rules import (AddCacheWrite, AlwaysInline, MultiLevelTiling, MultiLeve
 from .rule import Condition, SketchRule
 
 GPU_STRUCTURE = "SSSRRSRS"
-WARP_SIZE = 32
 
 
 class AddCacheWriteGPU(AddCacheWrite):
@@ -66,8 +65,9 @@ class AddCacheReadShared(SketchRule):
 
 
 class CrossThreadReduction(SketchRule):
-    """A reduction with little space parallelism: its fused reduce loop is split by the
-    warp size and the inner part bound to threadIdx.x (threads reduce together)."""
+    """A reduction with little space parallelism (for a tiled stage, a space no larger
+    than a block's threads and smaller than the reduction): its fused reduce loop is split
+    by the warp size and the inner part bound to threadIdx.x (threads reduce together)."""
     name = "cross_thread_reduction"
 
     def condition(self, ctx, state, stage_id):
@@ -75,9 +75,10 @@ class CrossThreadReduction(SketchRule):
         if st.is_placeholder or st.compute_at == "inline" or not st.reduce_axes or st.transforms:
             return Condition.PASS
         space, reduce = A.space_and_reduce_length(state, stage_id)
+        hw = ctx.hardware
         if A.needs_multi_level_tiling(state, stage_id):
-            return Condition.PASS if (space > reduce or space > ctx.hardware.num_cores * 16) else Condition.APPLY
-        return Condition.APPLY if reduce > WARP_SIZE else Condition.PASS
+            return Condition.APPLY if space <= _max_threads(hw) and space < reduce else Condition.PASS
+        return Condition.APPLY if reduce > _warp_size(hw) else Condition.PASS
 
     def apply(self, ctx, state, stage_id):
         st = state.stages[stage_id]
@@ -87,9 +88,17 @@ class CrossThreadReduction(SketchRule):
         if len(reduce) > 1:
             s = s.fuse(stage_id, reduce)
         fused = s.stages[stage_id].iters[-1].name
-        s = s.split(stage_id, fused, [WARP_SIZE])
+        s = s.split(stage_id, fused, [_warp_size(ctx.hardware)])
         s = s.apply(ir.steps.AnnotationStep(stage_id, len(s.stages[stage_id].iters) - 1, "threadIdx.x"))
         return [(s, stage_id - 1)]
+
+
+def _warp_size(hw) -> int:
+    return hw.warp_size or 32  # a CPU task asking for GPU sketches gets a GPU's defaults
+
+
+def _max_threads(hw) -> int:
+    return hw.max_threads_per_block or 1024
 
 
 def gpu_rules() -> list[SketchRule]:
