@@ -3,7 +3,7 @@ PTX (llvmlite), and wrap it in a ``CudaKernel`` that runs on the device when cal
 from __future__ import annotations
 
 from .codegen import nvptx
-from .cuda_runtime import CudaKernel
+from .cuda_runtime import CudaKernel, LaunchPlan
 from .lower_gpu import lower_gpu
 from .task import HardwareParams
 
@@ -35,4 +35,4 @@ def build_cuda(dag, state, name: str, target: str = "cuda", emit: str = "kernel"
     ptx = nvptx.compile_ptx(text, cuda_arch(target, hardware))
     if emit == "ptx":
         return ptx
-    return CudaKernel(dag, state, program, ptx, text)
+    return CudaKernel(dag, state, LaunchPlan.of(program), ptx, text, program)

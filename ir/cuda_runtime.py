@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,7 +26,16 @@ class NoCudaDevice(RuntimeError):
 
 
 class CudaError(RuntimeError):
-    """A CUDA driver call failed; the message names the call and the driver's error."""
+    """A CUDA driver call failed; the message names the call and the driver's error
+    (``name``, e.g. "CUDA_ERROR_ILLEGAL_ADDRESS")."""
+
+    def __init__(self, message: str, name: str = ""):
+        super().__init__(message)
+        self.name = name
+
+
+#: errors after which the context is unusable: the process must end (a kernel faulted)
+RECOVERABLE_ERRORS = ("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMORY")
 
 
 def driver():
@@ -49,7 +59,7 @@ def call(what: str, result):
         _, text = cu.cuGetErrorString(err)
         name = name.decode() if isinstance(name, bytes) else name
         text = text.decode() if isinstance(text, bytes) else text
-        raise CudaError(f"{what} failed: {name} ({text})")
+        raise CudaError(f"{what} failed: {name} ({text})", name)
     return values[0] if len(values) == 1 else (tuple(values) if values else None)
 
 
@@ -85,6 +95,14 @@ def require_device(ordinal: int = 0):
             ctx = _context[ordinal] = call("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(dev))
         call("cuCtxSetCurrent", driver().cuCtxSetCurrent(ctx))
         return ctx
+
+
+def require_device_present(ordinal: int = 0) -> None:
+    """NoCudaDevice (saying why) unless cuda-python, a driver and device ``ordinal`` are
+    there; makes no context (a measurement worker makes its own)."""
+    count = _init()
+    if not 0 <= ordinal < count:
+        raise NoCudaDevice(f"target 'cuda': no CUDA device {ordinal} (the driver reports {count})")
 
 
 def device_attributes(ordinal: int = 0) -> dict | None:
@@ -125,10 +143,12 @@ class DeviceBuffer:
 
     def upload(self, array: np.ndarray) -> None:
         array = np.ascontiguousarray(array)
-        call("cuMemcpyHtoD", driver().cuMemcpyHtoD(self.ptr, array, array.nbytes))
+        call("cuMemcpyHtoD", driver().cuMemcpyHtoD(self.ptr, array.ctypes.data, array.nbytes))
 
     def download(self, out: np.ndarray) -> None:
-        call("cuMemcpyDtoH", driver().cuMemcpyDtoH(out, self.ptr, out.nbytes))
+        if not out.flags.c_contiguous:
+            raise ValueError("download needs a C-contiguous array")
+        call("cuMemcpyDtoH", driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
 
     def __del__(self):
         ptr, self.ptr = getattr(self, "ptr", None), None
@@ -139,50 +159,88 @@ class DeviceBuffer:
                 pass
 
 
-class CudaKernel:
-    """A program compiled for the cuda target: its PTX and launch plan
-    (``ir.lower_gpu.GPUProgram``). Call it with numpy arrays for all of the DAG's tensors
-    in the order given to ``ComputeDAG``, as a CPU ``Kernel``: inputs are copied to the
-    device, the kernels run one after another, outputs are copied back in place. The
-    module is loaded on the device at the first call (NoCudaDevice without one)."""
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the host needs to run a program (small and plain: it travels from a builder
+    process to a runner process): every buffer as (name, dtype, elements), the DAG's
+    tensors first, and every kernel as (name, grid size, block size, parameter names)."""
+    buffers: tuple
+    kernels: tuple
 
-    def __init__(self, dag, state, program, ptx: str, llvm_ir: str = ""):
+    @classmethod
+    def of(cls, program) -> "LaunchPlan":
+        """The plan of an ``ir.lower_gpu.GPUProgram``."""
+        buffers = tuple((b.name, b.dtype, b.capacity) for b in list(program.args) + list(program.temporaries))
+        kernels = tuple((k.name, k.grid, k.block, tuple(b.name for b in k.params)) for k in program.kernels)
+        return cls(buffers, kernels)
+
+
+class CudaKernel:
+    """A program compiled for the cuda target: its PTX (and the device code ``ptxas`` made
+    of it, when it was at hand) and its ``LaunchPlan``. Call it with numpy arrays for all of
+    the DAG's tensors in the order given to ``ComputeDAG``, as a CPU ``Kernel``: they are
+    copied to the device, the kernels run one after another, outputs are copied back in
+    place. The module is loaded on the device at the first call (NoCudaDevice without
+    one); ``emulate`` runs it on the CPU instead."""
+
+    def __init__(self, dag, state, plan: LaunchPlan, ptx: str, llvm_ir: str = "", program=None,
+                 cubin: bytes | None = None):
         self.dag = dag
         self.state = state
-        self.program = program
+        self.plan = plan
         self.ptx = ptx
+        self.cubin = cubin
         self.llvm_ir = llvm_ir
+        self.program = program
         self.layouts: dict = {}
         self._functions = None
         self._module = None
 
     # the device side ---------------------------------------------------------------------
     def load(self) -> None:
-        """Load the PTX on the device (the driver JIT-compiles it) and look up its kernels."""
+        """Load the module on the device (the driver JIT-compiles PTX; a cubin is ready) and
+        look up its kernels."""
         if self._functions is not None:
             return
         require_device()
         cu = driver()
-        self._module = call("cuModuleLoadData", cu.cuModuleLoadData(self.ptx.encode() + b"\0"))
-        self._functions = [call(f"cuModuleGetFunction({k.name})", cu.cuModuleGetFunction(self._module, k.name.encode()))
-                           for k in self.program.kernels]
+        image = self.cubin if self.cubin else self.ptx.encode() + b"\0"
+        self._module = call("cuModuleLoadData", cu.cuModuleLoadData(image))
+        functions = [call(f"cuModuleGetFunction({name})", cu.cuModuleGetFunction(self._module, name.encode()))
+                     for name, _, _, _ in self.plan.kernels]
+        attr = cu.CUfunction_attribute
+        for (name, _, block, _), function in zip(self.plan.kernels, functions):
+            most = call("cuFuncGetAttribute", cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                                                    function))
+            if block > most:
+                regs = call("cuFuncGetAttribute", cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, function))
+                raise CudaError(f"kernel {name} uses {regs} registers per thread: the device runs at most "
+                                f"{most} of its threads in a block, it has {block}", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+        self._functions = functions
+
+    def __del__(self):
+        module, self._module = getattr(self, "_module", None), None
+        if module is not None:
+            try:
+                driver().cuModuleUnload(module)
+            except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
+                pass
 
     def device_buffers(self) -> dict:
         """Fresh device memory for every buffer of the program (arguments and the global
         buffers between its kernels), by buffer name."""
-        bufs = list(self.program.args) + list(self.program.temporaries)
-        return {b.name: DeviceBuffer(b.capacity * np.dtype(b.dtype).itemsize) for b in bufs}
+        return {name: DeviceBuffer(n * np.dtype(dtype).itemsize) for name, dtype, n in self.plan.buffers}
 
     def launch(self, buffers: dict, stream=0) -> None:
         """Launch every kernel of the program, in order, on ``stream`` (not synchronised)."""
         self.load()
         cu = driver()
-        for kernel, function in zip(self.program.kernels, self._functions):
-            addresses = np.array([buffers[b.name].address for b in kernel.params], dtype=np.uint64)
-            params = np.array([addresses.ctypes.data + 8 * i for i in range(len(addresses))], dtype=np.uint64)
-            call(f"cuLaunchKernel({kernel.name})",
-                 cu.cuLaunchKernel(function, kernel.grid, 1, 1, kernel.block, 1, 1, 0, stream,
-                                   params.ctypes.data if len(params) else 0, 0))
+        for (name, grid, block, params), function in zip(self.plan.kernels, self._functions):
+            addresses = np.array([buffers[p].address for p in params], dtype=np.uint64)
+            pointers = np.array([addresses.ctypes.data + 8 * i for i in range(len(addresses))], dtype=np.uint64)
+            call(f"cuLaunchKernel({name})",
+                 cu.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream,
+                                   pointers.ctypes.data if len(pointers) else 0, 0))
 
     def synchronize(self) -> None:
         call("cuCtxSynchronize", driver().cuCtxSynchronize())
@@ -237,8 +295,23 @@ class CudaKernel:
     def emulate(self, *arrays) -> None:
         """Run the program on the CPU instead (``ir.gpu_emulator``: slow, no GPU needed),
         checking bounds and races; outputs are written in place as by a call."""
+        if self.program is None:
+            raise ValueError("this kernel was loaded from a build artefact without its loop IR; "
+                             "build it with ir.build(..., target='cuda') to emulate it")
         from .gpu_emulator import Emulator
         Emulator(self.program).run(self._check(arrays))
+
+    def timer(self, *arrays):
+        """``run(n) -> seconds`` for ``n`` back-to-back runs on ``arrays`` (copied to the
+        device once, here), timed with CUDA events: what runners time with."""
+        buffers = self.upload(arrays)
+
+        def run(n: int) -> float:
+            if n < 1:
+                raise ValueError(f"n must be >= 1, got {n}")
+            return self.time_launches(buffers, n)
+
+        return run
 
     def time(self, *arrays, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0) -> TimeResult:
         """Seconds per run of the whole program (device time, CUDA events): ``repeat``
@@ -258,4 +331,4 @@ class CudaKernel:
         return TimeResult(statistics.median(results), results, number)
 
     def __repr__(self) -> str:
-        return f"CudaKernel({len(self.program.kernels)} kernels, {self.program.target})"
+        return f"CudaKernel({', '.join(name for name, _, _, _ in self.plan.kernels)})"

@@ -3,6 +3,8 @@ bind loops to blocks, virtual threads and threads, choose the unrolling. The onl
 random choices are the tile sizes and the unroll step; thread binding follows the tile
 structure, and a program that breaks a block's limits is rejected (``InvalidStep``).
 
+- tile sizes: a tiled stage's space tiles are drawn until the block they make is within
+  the device's limits (``FillTileSizeGPU``);
 - a multi-level tiled root ("SSSRRSRS" and the stage fused into it): the fused ``.0``
   tiles are the blocks, the ``.1`` tiles virtual threads, the ``.2`` tiles threads;
 - a shared-memory copy: all its loops fused and split by the thread count of its
@@ -15,13 +17,15 @@ structure, and a program that breaks a block's limits is rejected (``InvalidStep
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ir
 from ir import dtype as dt
 from ir.bounds import SHARED_SCOPE, storage_scope
 from ir.steps import AnnotationStep, CacheReadStep, CacheWriteStep, FollowFusedSplitStep, RfactorStep, SplitStep
 
 from . import analysis as A
-from .annotation import FillTileSize, InitRule, Unroll
+from .annotation import FillTileSize, InitRule, Unroll, factorizations
 
 
 def _bind(state: ir.State, stage_id: int, iter_id: int, binding: str) -> ir.State:
@@ -66,6 +70,61 @@ def spatial_split_steps(state: ir.State, stage_id: int) -> list[int]:
             found.append(i)
     found.reverse()
     return found[:len(state.stages[stage_id].axes)]
+
+
+#: draws of a tiled stage's tile sizes before a sample is given up
+TILE_DRAWS = 200
+
+
+class FillTileSizeGPU(FillTileSize):
+    """``FillTileSize`` for the GPU's "SSSRRSRS" tiles: most random factorisations give a
+    block too many virtual threads, too few or too many threads, or a thread too large a
+    register tile, which thread binding would then reject after replaying the program.
+    The space tiles of each stage (its splits into five parts: block, virtual thread,
+    thread and two register levels) are drawn together, as numbers, until their products
+    are within the device's limits; the program is replayed once."""
+    name = "fill_tile_size"
+
+    def apply(self, ctx, state, rng):
+        hw = ctx.hardware
+        limit = hw.max_innermost_split_factor
+        steps = list(state.steps)
+        todo = [i for i, s in enumerate(steps) if isinstance(s, SplitStep) and any(x is None for x in s.lengths)]
+        tiles: dict[int, list[int]] = {}
+        for i in todo:
+            if len(steps[i].lengths) == 4:
+                tiles.setdefault(steps[i].stage_id, []).append(i)
+        for _ in range(TILE_DRAWS):
+            chosen = {}
+            for i in todo:
+                schemes = factorizations(steps[i].extent, len(steps[i].lengths), limit)
+                chosen[i] = schemes[int(rng.integers(len(schemes)))]
+            if all(_tiles_fit(hw, [chosen[i] for i in group], [steps[i].extent for i in group])
+                   for group in tiles.values()):
+                break
+        else:
+            raise ir.InvalidStep(f"no tile sizes within the block's limits in {TILE_DRAWS} draws")
+        current = ir.State.initial(state.dag)
+        for i, step in enumerate(steps):
+            current = (replace(step, lengths=chosen[i]) if i in chosen else step).apply(current)
+        return current
+
+
+def _tiles_fit(hw, lengths: list[tuple], extents: list[int]) -> bool:
+    """Whether the space tiles of one stage (lengths: virtual thread, thread, two register
+    levels per axis) give a block InitThreadBind accepts and a register tile that fits."""
+    from ir.lower_gpu import MAX_THREAD_LOCAL_BYTES
+    vthreads = threads = registers = total = 1
+    for (v, t, r1, r2), extent in zip(lengths, extents):
+        vthreads *= v
+        threads *= t
+        registers *= r1 * r2
+        total *= extent
+    if vthreads > hw.max_vthread_extent or threads > hw.max_threads_per_block:
+        return False
+    if total > 2 * hw.warp_size and threads < hw.warp_size:
+        return False
+    return registers * vthreads * 4 <= MAX_THREAD_LOCAL_BYTES
 
 
 class InitThreadBind(InitRule):
@@ -197,4 +256,4 @@ class CheckGPULimits(InitRule):
 
 def gpu_init_rules() -> list[InitRule]:
     """Ansor's initial-population rules for GPU, in order, and the check of a block's limits."""
-    return [FillTileSize(), InitThreadBind(), Unroll(), CheckGPULimits()]
+    return [FillTileSizeGPU(), InitThreadBind(), Unroll(), CheckGPULimits()]

@@ -8,8 +8,9 @@ one thread computes one lane); what differs is the memory and the threads:
   ``readonly`` for inputs, which lets loads go through the read-only cache), shared
   buffers module-level ``addrspace(3)`` arrays, thread-private buffers ``alloca``s (the
   back end puts them in local memory, addrspace 5, when they are not promoted to
-  registers); the code addresses all of them through generic pointers, which LLVM's
-  address-space inference turns back into ``ld.global``/``ld.shared``;
+  registers); loads and stores address global and shared memory in their own address
+  space, which lets LLVM's load/store vectoriser merge a thread's neighbouring accesses
+  into ``ld.shared.v4``/``ld.global.nc.v4``;
 - ``llvm.nvvm.*`` intrinsics: ``read.ptx.sreg.tid.x``/``ctaid.x`` for the thread and
   block index, ``barrier0`` for a barrier, ``shfl.sync.bfly`` for warp reductions;
 - loops are serial or unrolled (``unroll``, ``vectorize`` and nests within
@@ -23,6 +24,10 @@ Kernels are ``ptx_kernel`` functions with ``"nvvm.maxntid"`` set to their block 
 """
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
 
 import llvmlite.binding as llvm
@@ -71,8 +76,11 @@ class KernelBuilder(FunctionBuilder):
         self.kernel = kernel
         self.block_size = kernel.block
         self._scratch: dict = {}
+        #: buffer id -> the address space its pointer is in ("addrspace(1) "), "" for generic
+        self.spaces: dict[int, str] = {}
         for i, b in enumerate(kernel.params):
-            self.buffers[id(b)] = self.instr(f"addrspacecast ptr addrspace(1) %p{i} to ptr", "ptr", 1).ref
+            self.buffers[id(b)] = f"%p{i}"
+            self.spaces[id(b)] = "addrspace(1) "
         self.env[id(THREAD_IDX)] = self._special("tid.x")
         self.env[id(BLOCK_IDX)] = self._special("ctaid.x")
         self.bounds[THREAD_IDX] = (0, kernel.block - 1)
@@ -83,6 +91,15 @@ class KernelBuilder(FunctionBuilder):
         self.module.declare(f"declare i32 {sym}()")
         v = self.instr(f"call i32 {sym}()", "i32", 1)
         return self.instr(f"zext i32 {v.ref} to i64", "i64", 1)
+
+    def address(self, buf, index: Value) -> Value:
+        """A pointer into ``buf`` in the buffer's own address space (its ``ref`` carries the
+        ``addrspace(N)`` of its type, so that ``load T, ptr REF`` reads right)."""
+        space = self.spaces.get(id(buf), "")
+        out = self.tmp()
+        self.emit(f"{out} = getelementptr inbounds {dt.storage_llvm_type(buf.dtype)}, "
+                  f"ptr {space}{self.buffers[id(buf)]}, {index.full} {index.ref}")
+        return Value(space + out, "ptr", index.lanes)
 
     # statements -----------------------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
@@ -110,6 +127,7 @@ class KernelBuilder(FunctionBuilder):
             # one array per buffer, however often an unrolled loop repeats its allocation
             if id(buf) not in self.buffers:
                 self.buffers[id(buf)] = self.shared_array(buf.name, buf.dtype, buf.capacity)
+                self.spaces[id(buf)] = "addrspace(3) "
             self.stmt(s.body)
             return
         if buf.scope != "local":
@@ -117,11 +135,17 @@ class KernelBuilder(FunctionBuilder):
         super().allocate(s)
 
     def shared_array(self, name: str, dtype: str, count: int) -> str:
-        """A generic pointer to a new ``addrspace(3)`` array of the module."""
+        """The symbol of a new ``addrspace(3)`` array of the module."""
         sym = "@" + self.module.fresh(f"{self.name}.{name}").replace("@", "_")
         ty = dt.storage_llvm_type(dtype)
         self.module.declare(f"{sym} = internal addrspace(3) global [{count} x {ty}] undef, align 16")
-        return f"addrspacecast (ptr addrspace(3) {sym} to ptr)"
+        return sym
+
+    def shared_slot(self, array: str, dtype: str, index: Value) -> Value:
+        """A pointer to element ``index`` of shared ``array`` (see ``address``)."""
+        out = self.instr(f"getelementptr inbounds {dt.storage_llvm_type(dtype)}, ptr addrspace(3) {array}, "
+                         f"i64 {index.ref}", "ptr", 1)
+        return Value("addrspace(3) " + out.ref, "ptr", 1)
 
     def scratch(self, dtype: str, count: int) -> str:
         """The shared array cross-thread reductions of this kernel exchange values in (one
@@ -184,7 +208,7 @@ class KernelBuilder(FunctionBuilder):
         write, done = self.label("ar.write"), self.label("ar.written")
         self.emit(f"br i1 {first.ref}, label %{write}, label %{done}")
         self.start_block(write)
-        slot = self.instr(f"getelementptr inbounds {sty}, ptr {scratch}, i64 {warp.ref}", "ptr", 1)
+        slot = self.shared_slot(scratch, dtype, warp)
         self.emit(f"store {sty} {value.ref}, ptr {slot.ref}, align 4")
         self.branch(done)
         self.start_block(done)
@@ -192,7 +216,7 @@ class KernelBuilder(FunctionBuilder):
         ident = self.const(_identity(combiner, dtype), dtype)
         inside = self.instr(f"icmp ult i64 {lane.ref}, {warps}", "i1", 1)
         safe = self.instr(f"select i1 {inside.ref}, i64 {lane.ref}, i64 0", "i64", 1)
-        slot = self.instr(f"getelementptr inbounds {sty}, ptr {scratch}, i64 {safe.ref}", "ptr", 1)
+        slot = self.shared_slot(scratch, dtype, safe)
         got = self.instr(f"load {sty}, ptr {slot.ref}, align 4", value.ty, 1)
         part = self.instr(f"select i1 {inside.ref}, {value.ty} {got.ref}, {value.ty} {ident.ref}", value.ty, 1)
         total = self.warp_reduce(part, combiner, dtype, WARP)
@@ -205,7 +229,7 @@ class KernelBuilder(FunctionBuilder):
         sty = dt.storage_llvm_type(dtype)
         tid = self.env[id(THREAD_IDX)]
         align = dt.itemsize(dtype)
-        mine = self.instr(f"getelementptr inbounds {sty}, ptr {scratch}, i64 {tid.ref}", "ptr", 1)
+        mine = self.shared_slot(scratch, dtype, tid)
         self.emit(f"store {sty} {value.ref}, ptr {mine.ref}, align {align}")
         self.barrier()
         half = 1
@@ -220,7 +244,7 @@ class KernelBuilder(FunctionBuilder):
             step, done = self.label("tree.step"), self.label("tree.done")
             self.emit(f"br i1 {both.ref}, label %{step}, label %{done}")
             self.start_block(step)
-            theirs = self.instr(f"getelementptr inbounds {sty}, ptr {scratch}, i64 {partner.ref}", "ptr", 1)
+            theirs = self.shared_slot(scratch, dtype, partner)
             a = self.instr(f"load {sty}, ptr {mine.ref}, align {align}", value.ty, 1)
             b = self.instr(f"load {sty}, ptr {theirs.ref}, align {align}", value.ty, 1)
             c = self.combine(combiner, dtype, a, b)
@@ -229,7 +253,7 @@ class KernelBuilder(FunctionBuilder):
             self.start_block(done)
             self.barrier()
             half //= 2
-        first = self.instr(f"getelementptr inbounds {sty}, ptr {scratch}, i64 0", "ptr", 1)
+        first = self.shared_slot(scratch, dtype, Value("0", "i64"))
         total = self.instr(f"load {sty}, ptr {first.ref}, align {align}", value.ty, 1)
         self.barrier()
         return total
@@ -263,3 +287,22 @@ def compile_ptx(llvm_ir: str, arch: str) -> str:
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return tm.emit_assembly(mod)
+
+
+def assemble(ptx: str, arch: str, timeout: float | None = None) -> bytes | None:
+    """Device code (a cubin) for ``arch`` from PTX with NVIDIA's ``ptxas`` when it is on
+    the PATH, else None (the driver then JIT-compiles the PTX when it loads it). A
+    builder that assembles saves the one runner that JIT time; a ptxas error is raised
+    as a ``RuntimeError`` with its message."""
+    exe = shutil.which("ptxas")
+    if exe is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="autosched-ptx-") as tmp:
+        src, out = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        got = subprocess.run([exe, f"-arch={arch}", src, "-o", out], capture_output=True, text=True, timeout=timeout)
+        if got.returncode != 0:
+            raise RuntimeError(f"ptxas rejected the PTX: {got.stderr.strip()[-2000:]}")
+        with open(out, "rb") as f:
+            return f.read()
