@@ -25,7 +25,7 @@ from ir.bounds import SHARED_SCOPE, storage_scope
 from ir.steps import AnnotationStep, CacheReadStep, CacheWriteStep, FollowFusedSplitStep, RfactorStep, SplitStep
 
 from . import analysis as A
-from .annotation import FillTileSize, InitRule, Unroll, factorizations
+from .annotation import FillTileSize, InitRule, Unroll, divisors, factorizations
 
 
 def _bind(state: ir.State, stage_id: int, iter_id: int, binding: str) -> ir.State:
@@ -90,24 +90,54 @@ class FillTileSizeGPU(FillTileSize):
         limit = hw.max_innermost_split_factor
         steps = list(state.steps)
         todo = [i for i, s in enumerate(steps) if isinstance(s, SplitStep) and any(x is None for x in s.lengths)]
-        tiles: dict[int, list[int]] = {}
+        groups: dict[int, list[int]] = {}
         for i in todo:
             if len(steps[i].lengths) == 4:
-                tiles.setdefault(steps[i].stage_id, []).append(i)
-        for _ in range(TILE_DRAWS):
-            chosen = {}
-            for i in todo:
-                schemes = factorizations(steps[i].extent, len(steps[i].lengths), limit)
-                chosen[i] = schemes[int(rng.integers(len(schemes)))]
-            if all(_tiles_fit(hw, [chosen[i] for i in group], [steps[i].extent for i in group])
-                   for group in tiles.values()):
-                break
-        else:
-            raise ir.InvalidStep(f"no tile sizes within the block's limits in {TILE_DRAWS} draws")
+                groups.setdefault(steps[i].stage_id, []).append(i)
+        chosen: dict[int, tuple] = {}
         current = ir.State.initial(state.dag)
         for i, step in enumerate(steps):
+            if i in todo and i not in chosen:
+                group = groups.get(step.stage_id) if len(step.lengths) == 4 else None
+                if group:  # the axes' extents (recorded when the sketch split them) do not depend on choices
+                    chosen.update(self._draw_tiles(hw, [steps[j] for j in group], group, limit, rng))
+                else:
+                    extent = current.stages[step.stage_id].iters[step.iter_id].extent
+                    schemes = _parallel_split_choices(steps, i, extent, hw) or \
+                        factorizations(extent, len(step.lengths), limit)
+                    chosen[i] = schemes[int(rng.integers(len(schemes)))]
             current = (replace(step, lengths=chosen[i]) if i in chosen else step).apply(current)
         return current
+
+    @staticmethod
+    def _draw_tiles(hw, splits, ids, limit, rng) -> dict:
+        for _ in range(TILE_DRAWS):
+            lengths = []
+            for step in splits:
+                schemes = factorizations(step.extent, 4, limit)
+                lengths.append(schemes[int(rng.integers(len(schemes)))])
+            if _tiles_fit(hw, lengths, [step.extent for step in splits]):
+                return dict(zip(ids, lengths))
+        raise ir.InvalidStep(f"no tile sizes within the block's limits in {TILE_DRAWS} draws")
+
+
+def _parallel_split_choices(steps, i: int, extent: int, hw) -> list[tuple] | None:
+    """The lengths a split whose inner part runs in parallel may take (it is no register
+    tile, so the innermost limit does not hold): the threads of a cross-thread reduction
+    (the next step binds the part to threadIdx.x; multiples of the warp size up to a
+    block, where one divides the loop) or the partial sums of an rfactor (the next step
+    factors it out; at least a warp of them). None for any other split."""
+    step, nxt = steps[i], steps[i + 1] if i + 1 < len(steps) else None
+    if len(step.lengths) != 1 or nxt is None or nxt.stage_id != step.stage_id:
+        return None
+    options = divisors(extent)
+    if isinstance(nxt, RfactorStep):
+        return [(d,) for d in options if d >= hw.warp_size] or [(d,) for d in options]
+    if isinstance(nxt, AnnotationStep) and nxt.annotation == "threadIdx.x":
+        fit = [d for d in options if d <= hw.max_threads_per_block]
+        warps = [d for d in fit if d % hw.warp_size == 0]
+        return [(d,) for d in (warps or fit)]
+    return None
 
 
 def _tiles_fit(hw, lengths: list[tuple], extents: list[int]) -> bool:

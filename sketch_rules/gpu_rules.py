@@ -64,10 +64,45 @@ class AddCacheReadShared(SketchRule):
         return [(s, stage_id)]
 
 
+class AddRfactorGPU(SketchRule):
+    """Not in Ansor: a reduction whose space cannot fill the GPU (fewer points than SMs)
+    and whose reduction is longer than a block's threads (a 2-norm of a whole matrix)
+    reduces in two stages, one sketch beside cross-thread reduction alone. The fused
+    reduce loop is split and its inner part factored out (``rfactor``) as the space of a
+    stage of partial sums: neighbouring threads of many blocks sum neighbouring elements,
+    each along the outer part; the partial sums are then reduced across threads (the
+    original stage). The partial-sum stage is left as it is (thread binding spreads it
+    over blocks), as the CPU's rfactor stage is."""
+    name = "add_rfactor_gpu"
+
+    def condition(self, ctx, state, stage_id):
+        st = state.stages[stage_id]
+        if (st.is_placeholder or st.compute_at == "inline" or not st.reduce_axes or st.transforms
+                or st.origin != "op" or A.needs_multi_level_tiling(state, stage_id)):
+            return Condition.PASS
+        space, reduce = A.space_and_reduce_length(state, stage_id)
+        hw = _gpu(ctx.hardware)
+        return Condition.APPLY if space < hw.num_sms and reduce > hw.max_threads_per_block else Condition.PASS
+
+    def apply(self, ctx, state, stage_id):
+        st = state.stages[stage_id]
+        space = [it.name for it in st.iters if it.kind == "space"]
+        reduce = [it.name for it in st.iters if it.kind == "reduce"]
+        s = state.reorder(stage_id, space + reduce) if [it.name for it in st.iters] != space + reduce else state
+        if len(reduce) > 1:
+            s = s.fuse(stage_id, reduce)
+        fused = s.stages[stage_id].iters[-1].name
+        s = s.split(stage_id, fused, [None]).rfactor(stage_id, f"{fused}.1", len(space))
+        # the rfactor stage took this index; the final reduction, now after it, reduces across threads
+        (s, _), = CrossThreadReduction().apply(ctx, s, stage_id + 1)
+        return [(s, stage_id - 1)]
+
+
 class CrossThreadReduction(SketchRule):
     """A reduction with little space parallelism (for a tiled stage, a space no larger
     than a block's threads and smaller than the reduction): its fused reduce loop is split
-    by the warp size and the inner part bound to threadIdx.x (threads reduce together)."""
+    and the inner part bound to threadIdx.x (threads reduce together; their number is
+    chosen by random annotation, a multiple of the warp size where one divides)."""
     name = "cross_thread_reduction"
 
     def condition(self, ctx, state, stage_id):
@@ -75,10 +110,10 @@ class CrossThreadReduction(SketchRule):
         if st.is_placeholder or st.compute_at == "inline" or not st.reduce_axes or st.transforms:
             return Condition.PASS
         space, reduce = A.space_and_reduce_length(state, stage_id)
-        hw = ctx.hardware
+        hw = _gpu(ctx.hardware)
         if A.needs_multi_level_tiling(state, stage_id):
-            return Condition.APPLY if space <= _max_threads(hw) and space < reduce else Condition.PASS
-        return Condition.APPLY if reduce > _warp_size(hw) else Condition.PASS
+            return Condition.APPLY if space <= hw.max_threads_per_block and space < reduce else Condition.PASS
+        return Condition.APPLY if reduce > hw.warp_size else Condition.PASS
 
     def apply(self, ctx, state, stage_id):
         st = state.stages[stage_id]
@@ -88,19 +123,17 @@ class CrossThreadReduction(SketchRule):
         if len(reduce) > 1:
             s = s.fuse(stage_id, reduce)
         fused = s.stages[stage_id].iters[-1].name
-        s = s.split(stage_id, fused, [_warp_size(ctx.hardware)])
+        s = s.split(stage_id, fused, [None])
         s = s.apply(ir.steps.AnnotationStep(stage_id, len(s.stages[stage_id].iters) - 1, "threadIdx.x"))
         return [(s, stage_id - 1)]
 
 
-def _warp_size(hw) -> int:
-    return hw.warp_size or 32  # a CPU task asking for GPU sketches gets a GPU's defaults
-
-
-def _max_threads(hw) -> int:
-    return hw.max_threads_per_block or 1024
+def _gpu(hw) -> ir.HardwareParams:
+    """The GPU parameters rules read: a CPU task asking for GPU sketches gets a GPU's."""
+    return hw if hw.is_gpu else ir.HardwareParams.cuda()
 
 
 def gpu_rules() -> list[SketchRule]:
-    return [AddCacheReadShared(), AlwaysInline(), SimplifyComputeWithConstTensor(), CrossThreadReduction(),
-            AddCacheWriteGPU(), MultiLevelTilingWithFusionGPU(), MultiLevelTiling(GPU_STRUCTURE), SkipStage()]
+    return [AddCacheReadShared(), AlwaysInline(), SimplifyComputeWithConstTensor(), AddRfactorGPU(),
+            CrossThreadReduction(), AddCacheWriteGPU(), MultiLevelTilingWithFusionGPU(), MultiLevelTiling(GPU_STRUCTURE),
+            SkipStage()]

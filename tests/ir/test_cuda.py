@@ -177,13 +177,24 @@ def test_virtual_threads_get_their_own_registers_and_share_the_tile():
 
 def test_cross_thread_reduction_lowers_to_an_allreduce_and_one_store():
     task = cuda_task(TINY["NRM"]())
-    state = next(s for s in programs_of_every_sketch(task, 1)
-                 if any(it.kind == "reduce" and it.annotation == "threadIdx.x" for it in s["norm_square_sum"].iters))
+    state = next(s for s in programs_of_every_sketch(task, 1) if "norm_square_sum.rf" not in str(s) and
+                 any(it.kind == "reduce" and it.annotation == "threadIdx.x" for it in s["norm_square_sum"].iters))
+    threads = next(it.extent for it in state["norm_square_sum"].iters if it.annotation == "threadIdx.x")
     program = ir.lower_gpu(state, "k", task.hardware)
     first = program.kernels[0]
-    assert first.block == 32 and sum(isinstance(x, AllReduce) for x in walk(first.body)) == 1
+    assert first.block == threads and sum(isinstance(x, AllReduce) for x in walk(first.body)) == 1
     assert "(threadIdx.x == 0)" in str(first)  # one thread writes the result to global memory
     assert [b.name for b in program.temporaries] == ["norm_square_sum"]
+
+
+def test_a_long_reduction_without_space_is_split_over_blocks_by_rfactor():
+    """A 2-norm of a whole matrix: partial sums over many blocks, then one block's
+    cross-thread reduction of them."""
+    task = cuda_task(TINY["NRM"]())
+    state = next(s for s in programs_of_every_sketch(task, 1) if "norm_square_sum.rf" in str(s))
+    rf, final, _ = ir.lower_gpu(state, "k", task.hardware).kernels
+    assert rf.grid * rf.block == state["norm_square_sum.rf"].op.shape[1]  # one partial sum per thread
+    assert sum(isinstance(x, AllReduce) for x in walk(final.body)) == 1
 
 
 def test_block_limits_are_errors():
