@@ -854,14 +854,14 @@ def _identity(e):
     return e
 
 
-def _lowering(state, layout_rewrite: bool, simplify: bool, gpu: bool = False):
-    """ir's lowering of ``state`` (``gpu``: the cuda target's); without ``simplify`` the
-    final simplification of index and value expressions is skipped (3-4x faster): the
-    features normalise affine forms themselves, and only op counts of index arithmetic
-    differ."""
-    if gpu:
+def _lowering(state, layout_rewrite: bool, simplify: bool, gpu_hardware=None):
+    """ir's lowering of ``state`` (with ``gpu_hardware``: the cuda target's, which refuses
+    a program over the device's limits); without ``simplify`` the final simplification of
+    index and value expressions is skipped (3-4x faster): the features normalise affine
+    forms themselves, and only op counts of index arithmetic differ."""
+    if gpu_hardware is not None:
         from ir.lower_gpu import GPULowering
-        lowering = GPULowering(state)
+        lowering = GPULowering(state, gpu_hardware)
     else:
         from ir.lower import Lowering
         lowering = Lowering(state, layout_rewrite)
@@ -926,7 +926,7 @@ class FeatureExtractor:
                 for child in subtree.get(todo.pop(), ()):
                     members.append(stages[child])
                     todo.append(child)
-            key = (layout, line_bytes, self.simplify, gpu, inline_key, tuple(id(s) for s in members))
+            key = (layout, line_bytes, self.simplify, hw if gpu else None, inline_key, tuple(id(s) for s in members))
             hit = self._cache.get(key)
             if hit is not None and all(a is b for a, b in zip(hit[0], members)) and \
                     all(a is b for a, b in zip(hit[1], inlined)):
@@ -936,7 +936,7 @@ class FeatureExtractor:
                 continue
             self.stats["misses"] += 1
             if lowering is None:
-                lowering = _lowering(state, layout, self.simplify, gpu)
+                lowering = _lowering(state, layout, self.simplify, hw if gpu else None)
                 by_name = {st.name: st for st in stages if not st.is_placeholder}
             nest = lowering.stage_nest(idx)
             rows = nest_features(nest, by_name, line_bytes, gpu)

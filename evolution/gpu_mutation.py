@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 import ir
+from ir.lower_gpu import block_limits_violation
 from sketch_rules.annotation import AUTO_UNROLL_CHOICES_GPU
-from sketch_rules.gpu_annotation import gpu_limits_violation
 
 from .mutation import mutate_auto_unroll, mutate_tile_size, mutate_tile_size_random_walk
 
@@ -34,6 +34,6 @@ def mutate_gpu(state: ir.State, rng: np.random.Generator, hardware, weights=None
         child = mutate_tile_size_random_walk(state, rng, random_walk_q, max_innermost)
     else:
         child = mutate_tile_size(state, rng, max_innermost)
-    if child is None or gpu_limits_violation(child, hardware) is not None:
+    if child is None or block_limits_violation(child, hardware) is not None:
         return None
     return child

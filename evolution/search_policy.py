@@ -170,9 +170,17 @@ class SketchPolicy:
                 w = probs[mates] / probs[mates].sum() if probs[mates].sum() > 0 else None
                 j = mates[int(self.rng.choice(len(mates), p=w))]
                 child = self.crossover(population[i], population[j], self.rng)
-            if child is not None:
+            if child is not None and self.runs_on_target(child):
                 out.setdefault(str(child), child)
         return list(out.values())
+
+    def runs_on_target(self, state: ir.State) -> bool:
+        """False for a program the task's device cannot run (a GPU block's limits: a
+        crossover of two valid parents can break them)."""
+        if self.task.target_kind != "gpu":
+            return True
+        from ir.lower_gpu import block_limits_violation
+        return block_limits_violation(state, self.task.hardware) is None
 
     def mutate(self, state: ir.State, max_innermost: int) -> ir.State | None:
         """One mutation of ``state``: the GPU's rules (``evolution.gpu_mutation``) on a GPU

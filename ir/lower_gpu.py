@@ -66,11 +66,56 @@ class GPUProgram:
         return temps + "\n".join(str(k) for k in self.kernels)
 
 
+def block_limits_violation(state, hardware) -> str | None:
+    """Why ``state`` cannot run on a GPU with ``hardware``'s limits (threads or virtual
+    threads of a block, shared memory), or None. Cheap: read off the stages, not lowered."""
+    threads: dict[int, int] = {}
+    shared: dict[int, int] = {}
+    private: dict[int, int] = {}
+    vthreads: dict[int, int] = {}
+    stages = state.stages
+    for st in stages:
+        if st.is_placeholder or st.compute_at == "inline":
+            continue
+        root = st
+        while root.compute_at == "iter":
+            root = stages[root.attach[0]]
+        key = id(root)
+        for it in st.iters:
+            if it.annotation == "threadIdx.x":
+                threads[key] = max(threads.get(key, 1), it.extent)
+            elif it.annotation == "vthread":
+                if it.extent > hardware.max_vthread_extent:
+                    return f"'{st.name}' has {it.extent} virtual threads (at most {hardware.max_vthread_extent})"
+                vthreads[key] = vthreads.get(key, 1) * it.extent
+        if st.compute_at == "iter":
+            size = dt.itemsize(st.op.dtype)
+            for n in st.root_extents[:len(st.axes)]:
+                size *= n
+            scope = shared if storage_scope(st) == SHARED_SCOPE else private
+            scope[key] = scope.get(key, 0) + size
+    for key, n in threads.items():
+        if n > hardware.max_threads_per_block:
+            return f"a kernel has {n} threads per block (at most {hardware.max_threads_per_block})"
+    for key, n in shared.items():
+        if n > hardware.max_shared_memory_per_block:
+            return f"a kernel needs {n} bytes of shared memory (at most {hardware.max_shared_memory_per_block})"
+    for key, n in private.items():
+        n *= vthreads.get(key, 1)  # each virtual thread has its copy
+        if n > MAX_THREAD_LOCAL_BYTES:
+            return f"a thread needs {n} bytes of private buffers (at most {MAX_THREAD_LOCAL_BYTES})"
+    return None
+
+
 class GPULowering(Lowering):
     """The CPU lowering with GPU thread bindings, shared memory and cross-thread reduction."""
     loop_kinds = {**_LOOP_KIND, **{b: b for b in GPU_BINDINGS}}
 
     def __init__(self, state, hardware=None):
+        if hardware is not None:
+            why = block_limits_violation(state, hardware)
+            if why is not None:
+                raise LoweringError(f"over the device's limits: {why}")
         super().__init__(state, layout_rewrite=False)
         self.hardware = hardware
         for idx, st in enumerate(state.stages):

@@ -8,5 +8,5 @@ from .generate import generate_sketches, register_sketch_rule, rules_for, unregi
 from .annotation import (ChangeComputeLocation, FillTileSize, InitRule, Parallel, Unroll, Vectorize,
                          compute_location_candidates, compute_location_choices, cpu_init_rules, factorizations,
                          init_rules_for, sample_programs)
-from .gpu_annotation import CheckGPULimits, InitThreadBind, gpu_init_rules, gpu_limits_violation
+from .gpu_annotation import CheckGPULimits, FillTileSizeGPU, InitThreadBind, gpu_init_rules
 from .tiling import follow_tiling, multi_level_tiling

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import ir
-from ir import dtype as dt
 from ir.bounds import SHARED_SCOPE, storage_scope
+from ir.lower_gpu import MAX_THREAD_LOCAL_BYTES, block_limits_violation
 from ir.steps import AnnotationStep, CacheReadStep, CacheWriteStep, FollowFusedSplitStep, RfactorStep, SplitStep
 
 from . import analysis as A
@@ -143,7 +143,6 @@ def _parallel_split_choices(steps, i: int, extent: int, hw) -> list[tuple] | Non
 def _tiles_fit(hw, lengths: list[tuple], extents: list[int]) -> bool:
     """Whether the space tiles of one stage (lengths: virtual thread, thread, two register
     levels per axis) give a block InitThreadBind accepts and a register tile that fits."""
-    from ir.lower_gpu import MAX_THREAD_LOCAL_BYTES
     vthreads = threads = registers = total = 1
     for (v, t, r1, r2), extent in zip(lengths, extents):
         vthreads *= v
@@ -231,54 +230,12 @@ class InitThreadBind(InitRule):
         return _bind(state, stage_id, 1, "threadIdx.x")
 
 
-def gpu_limits_violation(state: ir.State, hardware) -> str | None:
-    """Why ``state`` cannot run on a GPU with ``hardware``'s limits (threads or virtual
-    threads of a block, shared memory), or None. Cheap: read off the stages, not lowered."""
-    from ir.lower_gpu import MAX_THREAD_LOCAL_BYTES
-    threads: dict[int, int] = {}
-    shared: dict[int, int] = {}
-    private: dict[int, int] = {}
-    vthreads: dict[int, int] = {}
-    stages = state.stages
-    for st in stages:
-        if st.is_placeholder or st.compute_at == "inline":
-            continue
-        root = st
-        while root.compute_at == "iter":
-            root = stages[root.attach[0]]
-        key = id(root)
-        for it in st.iters:
-            if it.annotation == "threadIdx.x":
-                threads[key] = max(threads.get(key, 1), it.extent)
-            elif it.annotation == "vthread":
-                if it.extent > hardware.max_vthread_extent:
-                    return f"'{st.name}' has {it.extent} virtual threads (at most {hardware.max_vthread_extent})"
-                vthreads[key] = vthreads.get(key, 1) * it.extent
-        if st.compute_at == "iter":
-            size = dt.itemsize(st.op.dtype)
-            for n in st.root_extents[:len(st.axes)]:
-                size *= n
-            scope = shared if storage_scope(st) == SHARED_SCOPE else private
-            scope[key] = scope.get(key, 0) + size
-    for key, n in threads.items():
-        if n > hardware.max_threads_per_block:
-            return f"a kernel has {n} threads per block (at most {hardware.max_threads_per_block})"
-    for key, n in shared.items():
-        if n > hardware.max_shared_memory_per_block:
-            return f"a kernel needs {n} bytes of shared memory (at most {hardware.max_shared_memory_per_block})"
-    for key, n in private.items():
-        n *= vthreads.get(key, 1)  # each virtual thread has its copy
-        if n > MAX_THREAD_LOCAL_BYTES:
-            return f"a thread needs {n} bytes of private buffers (at most {MAX_THREAD_LOCAL_BYTES})"
-    return None
-
-
 class CheckGPULimits(InitRule):
     """Reject a sampled program that breaks the device's limits of a block."""
     name = "check_gpu_limits"
 
     def apply(self, ctx, state, rng):
-        why = gpu_limits_violation(state, ctx.hardware)
+        why = block_limits_violation(state, ctx.hardware)
         if why is not None:
             raise ir.InvalidStep(f"over the device's limits: {why}")
         return state
