@@ -130,6 +130,16 @@ def device_attributes(ordinal: int = 0) -> dict | None:
             "num_sms": attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")}
 
 
+def _release(function: str, handle) -> None:
+    """Free a driver object from a finaliser (at interpreter exit the driver may be gone)."""
+    if handle is None:
+        return
+    try:
+        getattr(driver(), function)(handle)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 class DeviceBuffer:
     """``nbytes`` of device memory (freed with the object)."""
 
@@ -151,12 +161,7 @@ class DeviceBuffer:
         call("cuMemcpyDtoH", driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
 
     def __del__(self):
-        ptr, self.ptr = getattr(self, "ptr", None), None
-        if ptr is not None:
-            try:
-                driver().cuMemFree(ptr)
-            except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
-                pass
+        _release("cuMemFree", getattr(self, "ptr", None))
 
 
 @dataclass(frozen=True)
@@ -219,12 +224,7 @@ class CudaKernel:
         self._functions = functions
 
     def __del__(self):
-        module, self._module = getattr(self, "_module", None), None
-        if module is not None:
-            try:
-                driver().cuModuleUnload(module)
-            except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
-                pass
+        _release("cuModuleUnload", getattr(self, "_module", None))
 
     def device_buffers(self) -> dict:
         """Fresh device memory for every buffer of the program (arguments and the global

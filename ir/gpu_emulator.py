@@ -230,28 +230,13 @@ def _np(dtype: str):
     return np.bool_ if dtype == "bool" else np.dtype(dtype)
 
 
+_BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "//": np.floor_divide,
+           "%": np.mod, "min": np.minimum, "max": np.maximum, "and": np.logical_and, "or": np.logical_or}
+
+
 def _binary(op: str, a, b, dtype: str):
+    fn = _BINARY.get(op)
+    if fn is None:
+        raise TypeError(f"unknown binary op {op}")
     with np.errstate(all="ignore"):
-        if op == "+":
-            out = np.add(a, b)
-        elif op == "-":
-            out = np.subtract(a, b)
-        elif op == "*":
-            out = np.multiply(a, b)
-        elif op == "/":
-            out = np.divide(a, b)
-        elif op == "//":
-            out = np.floor_divide(a, b)
-        elif op == "%":
-            out = np.mod(a, b)
-        elif op == "min":
-            out = np.minimum(a, b)
-        elif op == "max":
-            out = np.maximum(a, b)
-        elif op == "and":
-            out = np.logical_and(a, b)
-        elif op == "or":
-            out = np.logical_or(a, b)
-        else:
-            raise TypeError(f"unknown binary op {op}")
-    return np.asarray(out).astype(_np(dtype), copy=False)
+        return np.asarray(fn(a, b)).astype(_np(dtype), copy=False)

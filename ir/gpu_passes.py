@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import expr as E
+from .codegen.cpu import _stmt_children as children  # noqa: F401 - the statement walk both targets share
 from .lower import LoweringError
 from .loop_ir import Allocate, AllReduce, Barrier, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store, seq
 from .simplify import Simplifier
@@ -26,16 +27,6 @@ BLOCK_IDX = E.Var("blockIdx.x")
 
 
 # statement helpers -----------------------------------------------------------------------
-
-def children(s: Stmt) -> tuple:
-    if isinstance(s, Seq):
-        return s.stmts
-    if isinstance(s, (For, Allocate, Pragma)):
-        return (s.body,)
-    if isinstance(s, IfThenElse):
-        return (s.then,) if s.otherwise is None else (s.then, s.otherwise)
-    return ()
-
 
 def with_children(s: Stmt, kids) -> Stmt:
     if isinstance(s, Seq):

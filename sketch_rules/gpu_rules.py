@@ -7,7 +7,7 @@ import ir
 
 from . import analysis as A
 from .cpu_rules import (AddCacheWrite, AlwaysInline, MultiLevelTiling, MultiLevelTilingWithFusion,
-                        SimplifyComputeWithConstTensor, SkipStage)
+                        SimplifyComputeWithConstTensor, SkipStage, split_fused_reduction)
 from .rule import Condition, SketchRule
 
 GPU_STRUCTURE = "SSSRRSRS"
@@ -85,14 +85,8 @@ class AddRfactorGPU(SketchRule):
         return Condition.APPLY if space < hw.num_sms and reduce > hw.max_threads_per_block else Condition.PASS
 
     def apply(self, ctx, state, stage_id):
-        st = state.stages[stage_id]
-        space = [it.name for it in st.iters if it.kind == "space"]
-        reduce = [it.name for it in st.iters if it.kind == "reduce"]
-        s = state.reorder(stage_id, space + reduce) if [it.name for it in st.iters] != space + reduce else state
-        if len(reduce) > 1:
-            s = s.fuse(stage_id, reduce)
-        fused = s.stages[stage_id].iters[-1].name
-        s = s.split(stage_id, fused, [None]).rfactor(stage_id, f"{fused}.1", len(space))
+        s, fused, n_space = split_fused_reduction(state, stage_id)
+        s = s.rfactor(stage_id, f"{fused}.1", n_space)
         # the rfactor stage took this index; the final reduction, now after it, reduces across threads
         (s, _), = CrossThreadReduction().apply(ctx, s, stage_id + 1)
         return [(s, stage_id - 1)]
