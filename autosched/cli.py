@@ -87,9 +87,12 @@ def cmd_tune(args) -> int:
     dag = ir.ComputeDAG(w.tensors)
     print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
     target = "cuda" if args.target == "cuda" else None
-    result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
-                           measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           early_stopping=args.early_stopping)
+    try:
+        result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
+                               measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
+                               early_stopping=args.early_stopping)
+    except ir.NoCudaDevice as err:
+        raise SystemExit(f"autosched: {err}") from None
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1

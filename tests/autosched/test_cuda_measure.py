@@ -68,3 +68,17 @@ def test_auto_schedule_for_cuda_returns_a_gpu_kernel_that_matches_numpy():
     inputs, outputs = w.random_inputs(np.random.default_rng(0)), w.output_buffers()
     result.kernel(*inputs, *outputs)
     np.testing.assert_allclose(outputs[0], w.reference(inputs)[0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the error of a machine without a GPU")
+def test_the_command_line_says_no_device_found_without_a_traceback(capsys):
+    from autosched.cli import main
+    with pytest.raises(SystemExit, match="autosched: target 'cuda': no CUDA device found|cuda-python is not installed"):
+        main(["tune", "GMM-1x128x128x128", "--target", "cuda", "--trials", "4"])
+
+
+def test_the_command_line_prints_gpu_sketches_and_programs(capsys):
+    from autosched.cli import main
+    assert main(["sketches", "GMM-1x128x128x128", "--target", "cuda", "--samples", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "A.shared" in out and "blockIdx.x" in out and "threadIdx.x" in out
