@@ -161,7 +161,6 @@ class InitThreadBind(InitRule):
     name = "thread_bind"
 
     def apply(self, ctx, state, rng):
-        hw = ctx.hardware
         tiled_roots = {st.attach[0] for sid, st in enumerate(state.stages)
                        if st.compute_at == "iter" and A.needs_multi_level_tiling(state, sid)}
         for stage_id in range(len(state.stages) - 1, -1, -1):
