@@ -101,6 +101,12 @@ class KernelBuilder(FunctionBuilder):
                   f"ptr {space}{self.buffers[id(buf)]}, {index.full} {index.ref}")
         return Value(space + out, "ptr", index.lanes)
 
+    def ev(self, e: E.Expr) -> Value:
+        if isinstance(e, E.Call) and e.dtype == "float64" and e.func not in ("abs", "floor", "ceil", "sqrt"):
+            raise LoweringError(f"{e.func} on float64 is not available on the cuda target (the CPU calls libm "
+                                "for it); compute it in float32")
+        return super().ev(e)
+
     # statements -----------------------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
         if isinstance(s, Barrier):

@@ -245,3 +245,10 @@ def test_programs_of_every_gpu_sketch_match_numpy_on_the_device(name):
         kernel = ir.build(task.dag, state, target="cuda")
         check_against_numpy(w, kernel)
         assert kernel.time(*w.random_inputs(np.random.default_rng(0)), *w.output_buffers(), number=2).median > 0
+
+
+def test_float64_math_that_would_call_libm_is_a_clear_error():
+    a = ir.placeholder((64,), "float64", name="A")
+    dag = ir.ComputeDAG([a, ir.compute((64,), lambda i: ir.exp(a[i]), name="B")])
+    with pytest.raises(LoweringError, match="exp on float64 is not available on the cuda target"):
+        ir.build(dag, target="cuda", emit="ptx")
