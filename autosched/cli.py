@@ -68,7 +68,8 @@ def cmd_sketches(args) -> int:
     from .space import generate_sketches
     w = _workload(args.workload)
     print(f"# {args.workload}\n{ir.ComputeDAG(w.tensors)}\n")
-    generate_sketches(ir.ComputeDAG(w.tensors), samples=args.samples, seed=args.seed, target_kind=args.target)
+    generate_sketches(ir.ComputeDAG(w.tensors), samples=args.samples, seed=args.seed,
+                      target_kind="gpu" if args.target in ("gpu", "cuda") else "cpu")
     return 0
 
 
@@ -85,12 +86,18 @@ def cmd_tune(args) -> int:
     w = _workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
-    result = auto_schedule(ir.SearchTask(dag, desc=args.workload), trials=args.trials,
-                           measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           early_stopping=args.early_stopping)
+    target = "cuda" if args.target == "cuda" else None
+    try:
+        result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
+                               measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
+                               early_stopping=args.early_stopping)
+    except ir.NoCudaDevice as err:
+        raise SystemExit(f"autosched: {err}") from None
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
+    if target == "cuda":
+        return _report_cuda(args.workload, w, result, args.seed)
     inputs = w.random_inputs(np.random.default_rng(args.seed))
     outputs = w.output_buffers()
     args_in = [result.kernel.pack(t.name, a) if t.name in result.kernel.layouts else a
@@ -104,6 +111,20 @@ def cmd_tune(args) -> int:
     print(f"# best program\n{result.state}\n")
     print(f"# {args.workload}: {w.flops / ours / 1e9:.2f} GFLOPS ({1e3 * ours:.3f} ms), "
           f"{what} {w.flops / ref / 1e9:.2f} GFLOPS ({1e3 * ref:.3f} ms): {ref / ours:.2f}x numpy; "
+          f"verified against numpy: {'OK' if ok else 'WRONG'}")
+    print(f"# tuning time: search {result.time_search:.1f} s, measurement {result.time_measure:.1f} s")
+    return 0 if ok else 1
+
+
+def _report_cuda(name: str, w, result, seed: int) -> int:
+    """The tuned GPU program: checked against numpy and timed on the device."""
+    inputs = w.random_inputs(np.random.default_rng(seed))
+    outputs = w.output_buffers()
+    result.kernel(*inputs, *outputs)
+    ok = all(np.allclose(o, e, rtol=1e-3, atol=1e-3) for o, e in zip(outputs, w.reference(inputs)))
+    ours = result.kernel.time(*inputs, *outputs, number=1, repeat=5, min_repeat_ms=50).median
+    print(f"# best program\n{result.state}\n")
+    print(f"# {name} on the GPU: {w.flops / ours / 1e9:.2f} GFLOPS ({1e3 * ours:.4f} ms); "
           f"verified against numpy: {'OK' if ok else 'WRONG'}")
     print(f"# tuning time: search {result.time_search:.1f} s, measurement {result.time_measure:.1f} s")
     return 0 if ok else 1
@@ -125,6 +146,8 @@ def main(argv=None) -> int:
     tune.add_argument("--log-file", default=None, help="JSON-lines tuning log: appended to, and resumed from")
     tune.add_argument("--early-stopping", type=int, default=None, help="stop after N trials without improvement")
     tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
+                      help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
     tune.add_argument("--network", default=None,
                       help="tune a whole network instead: resnet50, mobilenet_v2, resnet3d_18, dcgan or bert")
     tune.add_argument("--batch-size", type=int, default=1, help="the network's batch size (default 1)")
@@ -139,7 +162,8 @@ def main(argv=None) -> int:
     sketches.add_argument("workload", help="a suite name such as C2D-1x56x56x64x64-k1s1p0")
     sketches.add_argument("--samples", type=int, default=3, help="random programs to print (default 3)")
     sketches.add_argument("--seed", type=int, default=0)
-    sketches.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    sketches.add_argument("--target", choices=["cpu", "gpu", "cuda"], default="cpu",
+                          help="the sketch rules of this CPU or of a GPU (gpu and cuda are the same)")
     sketches.set_defaults(fn=cmd_sketches)
     args = parser.parse_args(argv)
     return args.fn(args)

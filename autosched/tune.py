@@ -65,16 +65,20 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
                   seed: int = 0, early_stopping: int | None = None, cost_model="xgb",
                   search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, custom_rules=None,
-                  verbose: int = 1) -> TuneResult:
+                  verbose: int = 1, target: str | None = None) -> TuneResult:
     """Search for a fast program of ``dag_or_task`` with at most ``trials`` measurements,
     ``measure_batch`` per round. With ``log_file``, every measurement is appended to it and
     a run resumes from it (programs measured before are not measured again; the cost
     model learns from them). ``early_stopping``: stop after that many trials without
     improvement. ``cost_model``: "xgb", "random" or a CostModel. Deterministic for a
-    ``seed`` given the same measurements."""
+    ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU of
+    this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU."""
     if trials < 0 or measure_batch < 1:
         raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
-    task = as_task(dag_or_task, layout_rewrite=layout_rewrite)
+    task = as_task(dag_or_task, layout_rewrite=layout_rewrite, target=target)
+    if task.target_kind == "gpu" and runner is None and trials > 0:
+        from ir.cuda_runtime import require_device_present
+        require_device_present()
     model = make_cost_model(cost_model, seed)
     measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), log_file=log_file)
     search_params = search_params or SearchParams()
@@ -146,6 +150,7 @@ def _result(task, measurer, trials: int, history, t_search: float, t_measure: fl
     kernel = None
     gflops = 0.0
     if state is not None:
-        kernel = ir.build(task.dag, state, layout_rewrite=task.layout_rewrite)
+        kernel = ir.build(task.dag, state, layout_rewrite=task.layout_rewrite,
+                          target=task.target if task.target_kind == "gpu" else None)
         gflops = task.dag.flop_count() / cost / 1e9
     return TuneResult(task, state, kernel, cost, gflops, trials, history, t_search, t_measure)

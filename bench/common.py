@@ -252,6 +252,22 @@ def time_torch(fn: Callable, *args, min_time: float = 0.05, repeat: int = 5) -> 
         return _time_callable(lambda: fn(*targs), min_time, repeat)
 
 
+def time_cuda(run: Callable[[], object], synchronize: Callable[[], object], timed: Callable,
+              min_time: float = 0.05, repeat: int = 5) -> float:
+    """Median device seconds per call of ``run()`` (work queued on a GPU): a synchronised
+    warm-up, then ``repeat`` measurements of ``number`` back-to-back calls by ``timed(run,
+    number) -> seconds`` (CUDA events), ``number`` grown so that each lasts ``min_time``."""
+    run()
+    synchronize()
+    number = 1
+    while True:
+        elapsed = timed(run, number)
+        if elapsed >= min_time or number >= 1 << 20:
+            break
+        number = max(number * 2, int(number * min_time / max(elapsed, 1e-9) * 1.1))
+    return statistics.median([elapsed / number] + [timed(run, number) / number for _ in range(repeat - 1)])
+
+
 def gflops(flops: float, seconds: float | None) -> float | None:
     """GFLOPS, or None where there is no time (a baseline that does not apply)."""
     if seconds is None or flops is None or seconds <= 0:

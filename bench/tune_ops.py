@@ -4,6 +4,7 @@ tuning time split into search, build and run, and the ratio to TVM's MetaSchedul
 trials (anchors.md, as ratios to the vendor library measured there).
 
     python bench/tune_ops.py --trials N [--workloads GMM C2D-1x7x7x512x512-k3s1p1 ...]
+    python bench/tune_ops.py --target cuda --trials N --workloads ...   # on the GPU, beside PyTorch CUDA
     python bench/tune_ops.py --ablation --trials N      # paper Fig. 7 on the last ResNet-50 conv
     python bench/tune_ops.py --round-time               # one search round vs measuring its batch
 """
@@ -47,17 +48,24 @@ def torch_baseline(w) -> float | None:
     """PyTorch seconds for the same computation (channels-last where it has a layout)."""
     if not common.torch_available():
         return None
+    program = torch_program(w)
+    return None if program is None else common.time_torch(*program)
+
+
+def torch_program(w, device: str = "cpu"):
+    """``(fn, *tensors)``: PyTorch's version of the workload on ``device`` (channels-last
+    where it has a layout), None where it has no operator for it."""
     import torch
     import torch.nn.functional as F
     p = w.params
-    x = [torch.from_numpy(a) for a in w.random_inputs(np.random.default_rng(0))]
+    x = [torch.from_numpy(a).to(device) for a in w.random_inputs(np.random.default_rng(0))]
 
     def cl(t, dims):  # NHWC data / HWIO weight -> channel-first tensors in channels-last memory
         return t.permute(*dims).contiguous()
 
     name = w.name
     if name == "batch_matmul":
-        return common.time_torch(torch.bmm, x[0], x[1])
+        return torch.bmm, x[0], x[1]
     if name in ("conv1d", "conv2d", "conv3d", "depthwise_conv2d", "conv_layer"):
         nd = {"conv1d": 1, "conv3d": 3}.get(name, 2)
         data = cl(x[0], (0, nd + 1) + tuple(range(1, nd + 1)))
@@ -70,20 +78,19 @@ def torch_baseline(w) -> float | None:
         kw = dict(stride=p["stride"], padding=p["padding"], dilation=p.get("dilation", 1), groups=groups)
         if name == "conv_layer":
             bias, scale, shift = x[2], x[3].view(1, -1, 1, 1), x[4].view(1, -1, 1, 1)
-            return common.time_torch(lambda d, wt: torch.relu(conv(d, wt, bias, **kw) * scale + shift), data, weight)
-        return common.time_torch(lambda d, wt: conv(d, wt, **kw), data, weight)
+            return (lambda d, wt: torch.relu(conv(d, wt, bias, **kw) * scale + shift)), data, weight
+        return (lambda d, wt: conv(d, wt, **kw)), data, weight
     if name == "conv2d_transpose":
         data = cl(x[0], (0, 3, 1, 2)).contiguous(memory_format=torch.channels_last)
         weight = cl(x[1], (2, 3, 0, 1))
-        return common.time_torch(lambda d, wt: F.conv_transpose2d(d, wt, stride=p["stride"], padding=p["padding"]),
-                                 data, weight)
+        return (lambda d, wt: F.conv_transpose2d(d, wt, stride=p["stride"], padding=p["padding"])), data, weight
     if name == "norm":
-        return common.time_torch(lambda a: torch.sqrt((a * a).sum(dim=(1, 2))), x[0])
+        return (lambda a: torch.sqrt((a * a).sum(dim=(1, 2)))), x[0]
     if name == "transpose_batch_matmul":
         def tbs(q, k):
             s = q.permute(0, 2, 1, 3) @ k.permute(0, 2, 3, 1)
             return torch.softmax(s, dim=-1)
-        return common.time_torch(tbs, x[0], x[1])
+        return tbs, x[0], x[1]
     return None  # capsule conv2d has no PyTorch operator
 
 
@@ -200,6 +207,84 @@ def tune_suite(args, names) -> list[dict]:
             print("\nvs TVM MetaSchedule at equal trials (each as a ratio to the same vendor library; ours: the "
                   "best program after that many trials, re-timed in this run; MS from anchors.md):")
             vs_ms.print()
+    return rows
+
+
+def torch_cuda_seconds(w) -> float | None:
+    """PyTorch on the GPU (cuBLAS/cuDNN, float32 with TF32 off, cuDNN choosing its fastest
+    algorithm): seconds per call timed with CUDA events. None without a CUDA PyTorch."""
+    if not common.torch_available():
+        return None
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    program = torch_program(w, "cuda")
+    if program is None:
+        return None
+    fn, *args = program
+    with torch.no_grad():
+        return common.time_cuda(lambda: fn(*args), torch.cuda.synchronize, _torch_events(torch))
+
+
+def _torch_events(torch):
+    def timed(run, number: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+    return timed
+
+
+def cuda_seconds(kernel, w) -> float:
+    """Our tuned GPU program checked against numpy and timed on the device (CUDA events)."""
+    inputs, outputs = w.random_inputs(np.random.default_rng(0)), w.output_buffers()
+    kernel(*inputs, *outputs)
+    for got, want in zip(outputs, w.reference(inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    return kernel.time(*inputs, *outputs, number=1, repeat=5, min_repeat_ms=50).median
+
+
+def tune_suite_cuda(args, names) -> list[dict]:
+    """The suite on the GPU beside PyTorch CUDA timed in the same run (fastest of three
+    turns each)."""
+    table = common.Table(["workload", "trials", "ours GFLOPS", "torch GFLOPS", "vs torch", "search s", "build s",
+                          "run s"])
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            w = ops.suite_workload(name)
+            task = ir.SearchTask(ir.ComputeDAG(w.tensors), target="cuda", desc=name)
+            log = os.path.join(args.log_dir or scratch, f"{name}.cuda.json")
+            result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
+                                             log_file=log, search_params=_params(args), verbose=1)
+            if result.kernel is None:
+                table.add(name, result.trials, None, None, None, result.time_search, result.time_build,
+                          result.time_run)
+                rows.append(common.json_row(name, trials=result.trials, error="no valid program", target="cuda"))
+                continue
+            ours_s = torch_s = None
+            for _ in range(3):
+                t = cuda_seconds(result.kernel, w)
+                ours_s = t if ours_s is None else min(ours_s, t)
+                t = torch_cuda_seconds(w)
+                torch_s = t if torch_s is None or t is None else min(torch_s, t)
+            ours, tf = common.gflops(w.flops, ours_s), common.gflops(w.flops, torch_s)
+            table.add(name, result.trials, ours, tf, common.ratio(ours, tf), result.time_search, result.time_build,
+                      result.time_run)
+            if not args.json_only:
+                print(f"{name}: {ours:.1f} GFLOPS on the GPU after {result.trials} trials; PyTorch CUDA "
+                      f"{tf or 0:.1f}", flush=True)
+            rows.append(common.json_row(name, ours, None, tf, trials=result.trials, target="cuda",
+                                        search_s=result.time_search, build_s=result.time_build,
+                                        run_s=result.time_run, history=result.history))
+    if not args.json_only:
+        table.print()
     return rows
 
 
@@ -370,6 +455,8 @@ def main(argv=None) -> None:
     parser.add_argument("--random-walk-q", type=float, default=None, help="OpEvo's q-random walk tile mutation")
     parser.add_argument("--contextual-eps", action="store_true", help="AdaTune's contextual epsilon")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
+                        help="tune for this CPU (beside numpy and PyTorch) or the GPU (beside PyTorch CUDA)")
     parser.add_argument("--log-dir", default=None, help="keep a tuning log per workload here (resumable)")
     parser.add_argument("--ablation", action="store_true", help="run the Fig. 7 ablation")
     parser.add_argument("--ablation-workload", default=ABLATION_WORKLOAD)
@@ -387,6 +474,8 @@ def main(argv=None) -> None:
         rows += round_time(args)
     elif args.ablation:
         rows += ablation(args)
+    elif args.target == "cuda":
+        rows += tune_suite_cuda(args, names)
     else:
         rows += tune_suite(args, names)
     common.emit_json("tune_ops", rows)

@@ -41,8 +41,11 @@ elements over loops ``l..n-1``):
   otherwise *no reuse*.
 - loop kinds are those the code generator emits: a serial loop under an
   ``auto_unroll_max_step`` pragma whose nest has at most that many iterations counts as
-  unrolled. GPU binding features stay 0: only CPU programs lower (a GPU-bound program gets
-  an empty matrix, like any program that does not lower).
+  unrolled. GPU programs (a task whose target is cuda) lower with ``ir.lower_gpu``'s
+  lowering: ``is_gpu`` is 1, ``blockIdx_x_len`` and ``vthread_len`` the products of the
+  loops around the statement bound to blocks and virtual threads, ``threadIdx_x_len`` the
+  largest loop around it bound to threads (a shared-memory copy's threads are its
+  consumer's); the y and z bindings stay 0 (bindings are on x only).
 - buffers are sorted by (lines, bytes), largest first; the first five are kept.
 - arithmetic intensity curve: at each loop level ``j`` (inner to outer) flops
   ``f*prod(e_j..e_{n-1})`` over bytes ``sum_b F_b(j)*size``, as a function of log2(flops),
@@ -100,9 +103,10 @@ def _layout() -> list[tuple[str, str]]:
         for pos in POSITIONS:
             rows.append((f"{short}_type.{pos}", f"one-hot: the innermost {kind} loop walks the {pos} axis "
                                                 f"of the statement's stage (None: no such loop)"))
-    for name in ("is_gpu", "blockIdx_x_len", "blockIdx_y_len", "blockIdx_z_len", "threadIdx_x_len",
+    rows.append(("is_gpu", "1 for a GPU program"))
+    for name in ("blockIdx_x_len", "blockIdx_y_len", "blockIdx_z_len", "threadIdx_x_len",
                  "threadIdx_y_len", "threadIdx_z_len", "vthread_len"):
-        rows.append((name, "GPU thread binding (always 0 on CPU)"))
+        rows.append((name, "GPU thread binding: extent bound to it around the statement (0 on CPU)"))
     for i in range(N_BUFFERS):
         p = f"B{i}."
         what = f"buffer {i} (by lines, bytes)"
@@ -138,6 +142,7 @@ N_FEATURES = len(FEATURES)
 assert N_FEATURES == 164, N_FEATURES
 _COL = {n: i for i, n in enumerate(FEATURE_NAMES)}
 _ANN_COL = {kind: _COL[f"{short}_num"] for short, kind in _ANNOTATIONS}
+GPU_BASE = _COL["is_gpu"]
 BUFFER_BASE = _COL["B0.acc_type.read"]
 BUFFER_WIDTH = 18
 CURVE_BASE = _COL["ai_curve_0"]
@@ -623,8 +628,9 @@ def _position(stage, var) -> int:
 _POSITION_CACHE: dict = {}
 
 
-def nest_features(body, stages_by_name: dict, line_bytes: int = 64) -> np.ndarray:
-    """The (n_statements, N_FEATURES) raw (not yet slog'ed) rows of a loop-IR statement."""
+def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = False) -> np.ndarray:
+    """The (n_statements, N_FEATURES) raw (not yet slog'ed) rows of a loop-IR statement
+    (``gpu``: of a GPU program, with its thread bindings)."""
     statements: list[_Statement] = []
     _collect(body, [], [], 0, {}, statements, [0])
     rows = np.zeros((len(statements), N_FEATURES), dtype=np.float64)
@@ -694,7 +700,25 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64) -> np.ndarra
 
     for row, st in zip(rows, statements):
         _fill_row(row, st, stages_by_name, loop_bytes, loop_entries, line_bytes)
+        if gpu:
+            _fill_gpu(row, st)
     return rows
+
+
+def _fill_gpu(row, st: _Statement) -> None:
+    blocks = vthreads = 1
+    threads = 0
+    for lp in st.loops:
+        if lp.kind == "blockIdx.x":
+            blocks *= lp.extent
+        elif lp.kind == "vthread":
+            vthreads *= lp.extent
+        elif lp.kind == "threadIdx.x":
+            threads = max(threads, lp.extent)
+    row[GPU_BASE] = 1
+    row[GPU_BASE + 1] = blocks
+    row[GPU_BASE + 4] = threads
+    row[GPU_BASE + 7] = vthreads
 
 
 def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, line_bytes) -> None:
@@ -830,12 +854,17 @@ def _identity(e):
     return e
 
 
-def _lowering(state, layout_rewrite: bool, simplify: bool):
-    """ir's lowering of ``state``; without ``simplify`` the final simplification of index
-    and value expressions is skipped (3-4x faster): the features normalise affine forms
-    themselves, and only op counts of index arithmetic differ."""
-    from ir.lower import Lowering
-    lowering = Lowering(state, layout_rewrite)
+def _lowering(state, layout_rewrite: bool, simplify: bool, gpu_hardware=None):
+    """ir's lowering of ``state`` (with ``gpu_hardware``: the cuda target's, which refuses
+    a program over the device's limits); without ``simplify`` the final simplification of
+    index and value expressions is skipped (3-4x faster): the features normalise affine
+    forms themselves, and only op counts of index arithmetic differ."""
+    if gpu_hardware is not None:
+        from ir.lower_gpu import GPULowering
+        lowering = GPULowering(state, gpu_hardware)
+    else:
+        from ir.lower import Lowering
+        lowering = Lowering(state, layout_rewrite)
     if not simplify:
         lowering.simplify = _identity
     return lowering
@@ -873,6 +902,7 @@ class FeatureExtractor:
         hw = getattr(task, "hardware", None)
         line_bytes = getattr(hw, "cache_line_bytes", 64)
         layout = bool(getattr(task, "layout_rewrite", False))
+        gpu = getattr(task, "target_kind", "cpu") == "gpu"
         stages = state.stages
         subtree: dict = {}
         roots = []
@@ -896,7 +926,7 @@ class FeatureExtractor:
                 for child in subtree.get(todo.pop(), ()):
                     members.append(stages[child])
                     todo.append(child)
-            key = (layout, line_bytes, self.simplify, inline_key, tuple(id(s) for s in members))
+            key = (layout, line_bytes, self.simplify, hw if gpu else None, inline_key, tuple(id(s) for s in members))
             hit = self._cache.get(key)
             if hit is not None and all(a is b for a, b in zip(hit[0], members)) and \
                     all(a is b for a, b in zip(hit[1], inlined)):
@@ -906,10 +936,10 @@ class FeatureExtractor:
                 continue
             self.stats["misses"] += 1
             if lowering is None:
-                lowering = _lowering(state, layout, self.simplify)
+                lowering = _lowering(state, layout, self.simplify, hw if gpu else None)
                 by_name = {st.name: st for st in stages if not st.is_placeholder}
             nest = lowering.stage_nest(idx)
-            rows = nest_features(nest, by_name, line_bytes)
+            rows = nest_features(nest, by_name, line_bytes, gpu)
             self._cache[key] = (tuple(members), tuple(inlined), rows)
             if len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)

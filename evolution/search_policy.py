@@ -161,7 +161,7 @@ class SketchPolicy:
             tries += 1
             i = int(self.rng.choice(n, p=probs))
             if self.rng.random() < p.mutation_prob:
-                child = mutate(population[i], self.rng, p.mutation_weights, p.random_walk_q, max_innermost)
+                child = self.mutate(population[i], max_innermost)
             else:
                 k = sketch_length(population[i], self.sketches)
                 mates = by_sketch.get(k[0], []) if k is not None else []
@@ -170,9 +170,27 @@ class SketchPolicy:
                 w = probs[mates] / probs[mates].sum() if probs[mates].sum() > 0 else None
                 j = mates[int(self.rng.choice(len(mates), p=w))]
                 child = self.crossover(population[i], population[j], self.rng)
-            if child is not None:
+            if child is not None and self.runs_on_target(child):
                 out.setdefault(str(child), child)
         return list(out.values())
+
+    def runs_on_target(self, state: ir.State) -> bool:
+        """False for a program the task's device cannot run (a GPU block's limits: a
+        crossover of two valid parents can break them)."""
+        if self.task.target_kind != "gpu":
+            return True
+        from ir.lower_gpu import block_limits_violation
+        return block_limits_violation(state, self.task.hardware) is None
+
+    def mutate(self, state: ir.State, max_innermost: int) -> ir.State | None:
+        """One mutation of ``state``: the GPU's rules (``evolution.gpu_mutation``) on a GPU
+        task, whose default weights replace the CPU's."""
+        p = self.params
+        if self.task.target_kind == "gpu":
+            from .gpu_mutation import mutate_gpu
+            weights = None if p.mutation_weights == CPU_MUTATION_WEIGHTS else p.mutation_weights
+            return mutate_gpu(state, self.rng, self.task.hardware, weights, p.random_walk_q, max_innermost)
+        return mutate(state, self.rng, p.mutation_weights, p.random_walk_q, max_innermost)
 
     def next_batch(self, n: int) -> list[ir.State]:
         """Up to ``n`` programs never measured: the best predicted after evolution, with an

@@ -12,7 +12,9 @@ from . import steps
 from .steps import Step
 from .loop_ir import Buffer
 from .lower import lower, LoweredFunc
+from .lower_gpu import lower_gpu, GPUProgram
 from .codegen import generate
 from .runtime import Kernel, TimeResult
+from .cuda_runtime import CudaKernel, NoCudaDevice
 from .build import build
-from .task import SearchTask, HardwareParams, host_target
+from .task import SearchTask, HardwareParams, host_target, target_kind

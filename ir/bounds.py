@@ -15,6 +15,19 @@ from . import expr as E
 from .simplify import Affine, Simplifier, interval, structural_key
 
 
+#: the storage scope of a cache_read stage named ``NAME.shared``: GPU shared memory, one
+#: copy per thread block (every other attached stage is private to a thread)
+SHARED_SCOPE = "shared"
+#: GPU bindings whose loops a shared stage covers entirely (TVM's rank rule: threads and
+#: virtual threads of a block share it; blocks do not)
+BLOCK_SHARED_BINDINGS = ("threadIdx.x", "vthread")
+
+
+def storage_scope(stage) -> str:
+    """"shared" for a cache_read stage in GPU shared memory, else "local" (per thread)."""
+    return SHARED_SCOPE if stage.origin == "cache_read" and stage.name.endswith("." + SHARED_SCOPE) else "local"
+
+
 def all_iter_bounds(state) -> dict:
     bounds = {}
     for st in state.stages:
@@ -78,6 +91,8 @@ def infer_region(state, index: int):
     target = state.stages[target_idx]
     inside = [c for c in scope_stages(state, target_idx, pos) if c != index]
     inner = {id(it.var) for it in target.iters[pos + 1:]}
+    if storage_scope(st) == SHARED_SCOPE:  # one copy serves every thread of the block
+        inner |= {id(it.var) for s in state.stages for it in s.iters if it.annotation in BLOCK_SHARED_BINDINGS}
     reads = []
     for c in [target_idx] + inside:
         cst = state.stages[c]

@@ -7,11 +7,17 @@ from contextvars import ContextVar
 from .codegen import generate
 from .lower import lower
 from .runtime import CompiledModule, Kernel
+from .task import target_kind
 
 
-def build(dag, state=None, name: str = "autosched_kernel", layout_rewrite: bool | None = None) -> Kernel:
+def build(dag, state=None, name: str = "autosched_kernel", layout_rewrite: bool | None = None,
+          target: str | None = None, emit: str = "kernel"):
     """Lower ``state`` (default: the naive program of ``dag``), generate LLVM IR, optimise it
     at O3 for the host CPU and JIT-compile it.
+
+    ``target="cuda"`` builds for an NVIDIA GPU instead (``ir.build_cuda``): a
+    ``CudaKernel``, or the PTX with ``emit="ptx"`` (no GPU needed) or the NVPTX LLVM IR
+    with ``emit="llvm"``; layout rewrite and schedule providers are CPU-only.
 
     With ``layout_rewrite``, constant inputs (``placeholder(..., constant=True)``) are stored
     in the order the program reads them: the kernel then takes the packed array, made once
@@ -22,11 +28,16 @@ def build(dag, state=None, name: str = "autosched_kernel", layout_rewrite: bool 
     from .dag import ComputeDAG
     if not isinstance(dag, ComputeDAG):
         raise TypeError(f"build expects an ir.ComputeDAG, got {type(dag).__name__}")
+    if state is not None and state.dag is not dag:
+        raise ValueError("the state was made from another ComputeDAG than the one given to build")
+    if target is not None and target_kind(target) == "gpu":
+        from .build_cuda import build_cuda
+        return build_cuda(dag, state, name, target, emit)
+    if emit != "kernel":
+        raise ValueError(f"emit={emit!r} is for target='cuda'; a CPU build returns a Kernel")
     if state is None:
         state, provided_rewrite = _provided_program(dag)
         layout_rewrite = provided_rewrite if layout_rewrite is None else layout_rewrite
-    elif state.dag is not dag:
-        raise ValueError("the state was made from another ComputeDAG than the one given to build")
     lowered = lower(state, name, bool(layout_rewrite))
     text = generate(lowered, name)
     return Kernel(dag, state, lowered, text, CompiledModule(text, name))

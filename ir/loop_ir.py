@@ -12,11 +12,14 @@ from . import expr as E
 from .printer import expr_str
 
 LOOP_KINDS = ("serial", "parallel", "vectorize", "unroll")
+#: loops bound to GPU threads (lowered for the cuda target only; see ``ir.lower_gpu``)
+GPU_LOOP_KINDS = ("blockIdx.x", "vthread", "threadIdx.x")
 
 
 class Buffer:
     """A block of ``prod(shape)`` elements. ``scope``: "arg" (a kernel argument), "global"
-    (a heap buffer of the whole kernel) or "local" (a small stack buffer)."""
+    (a heap buffer of the whole kernel), "local" (a small stack buffer; on a GPU, private
+    to a thread) or "shared" (GPU shared memory, one per thread block)."""
 
     __hash__ = object.__hash__
 
@@ -109,6 +112,22 @@ class Pragma(Stmt):
     body: Stmt = field(default=None)
 
 
+@dataclass(frozen=True, eq=False)
+class Barrier(Stmt):
+    """GPU: every thread of the block waits here until all have arrived, and sees the
+    shared memory they wrote before (``__syncthreads``)."""
+
+
+@dataclass(frozen=True, eq=False)
+class AllReduce(Stmt):
+    """GPU cross-thread reduction: ``buffer[index]`` (local to each thread) becomes
+    ``combiner`` ("sum", "max" or "min") of its values in all threads of the block. Every
+    thread of the block must execute it."""
+    buffer: Buffer
+    index: E.Expr
+    combiner: str
+
+
 def seq(stmts) -> Stmt:
     flat = []
     for s in stmts:
@@ -141,4 +160,9 @@ def stmt_str(s: Stmt, indent: int = 0) -> str:
                f"{stmt_str(s.body, indent)}"
     if isinstance(s, Pragma):
         return f"{pad}pragma {s.key}={s.value}:\n{stmt_str(s.body, indent + 1)}"
+    if isinstance(s, Barrier):
+        return f"{pad}barrier"
+    if isinstance(s, AllReduce):
+        at = f"{s.buffer.name}[{expr_str(s.index)}]"
+        return f"{pad}{at} = allreduce_{s.combiner}({at}) over the block's threads"
     return f"{pad}<{type(s).__name__}>"

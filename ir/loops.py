@@ -117,6 +117,20 @@ def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_gu
     return Loops(iters, tuple(values), guards, tuple(deps))
 
 
+def tight_extents(extent: int, lengths, inner_to_outer: bool) -> list[int]:
+    """The extents of a split's parts, outermost first, as TVM's bound inference makes them:
+    the split is applied one length at a time from the side the lengths give, and each
+    part is at most what is left of the loop (``min(left, length)``), the rest derived by
+    ceiling division. A stage computed inside another one has a region smaller than its
+    tiles: its outer tile loops then have extent 1 instead of running guarded-out
+    iterations (and a stage attached inside them is not recomputed for nothing)."""
+    left, parts = extent, []
+    for length in (reversed(lengths) if inner_to_outer else lengths):
+        parts.append(min(left, length))
+        left = -(-left // length)
+    return [left] + parts[::-1] if inner_to_outer else parts + [left]
+
+
 def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
     """Split iterator ``iter_id`` into ``len(lengths) + 1`` parts. ``lengths`` give the inner
     parts' extents (outer part derived) when ``inner_to_outer``, else the outer parts'
@@ -127,16 +141,15 @@ def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
     lengths = [1 if x is None else int(x) for x in lengths]
     check(len(lengths) >= 1 and all(x >= 1 for x in lengths),
           f"split: lengths must be positive ints, got {lengths}")
+    extents = tight_extents(it.extent, lengths, inner_to_outer)
     prod = 1
-    for x in lengths:
+    for x in extents:
         prod *= x
-    derived = -(-it.extent // prod)
-    extents = [derived] + lengths if inner_to_outer else lengths + [derived]
     parts = tuple(Iterator(f"{it.name}.{n}", ext, it.kind, E.Var(f"{it.name}.{n}")) for n, ext in enumerate(extents))
     value: E.Expr = parts[0].var
     for p in parts[1:]:
         value = E.Binary("+", E.Binary("*", value, E.Const(p.extent, value.dtype)), p.var)
-    guards = [] if derived * prod == it.extent else [E.Compare("<", value, E.Const(it.extent, value.dtype))]
+    guards = [] if prod == it.extent else [E.Compare("<", value, E.Const(it.extent, value.dtype))]
     iters = loops.iters[:iter_id] + parts + loops.iters[iter_id + 1:]
     stride, var_terms = 1, []
     for p in reversed(parts):

@@ -41,6 +41,11 @@ class LoweredFunc:
 
 
 class Lowering:
+    """Lowering for the CPU; ``ir.lower_gpu.GPULowering`` extends it for the cuda target
+    (thread bindings, shared memory and barriers, cross-thread reductions)."""
+    #: iterator annotation -> loop kind; GPU bindings are not among them
+    loop_kinds = _LOOP_KIND
+
     def __init__(self, state, layout_rewrite: bool = False):
         self.state = state
         self.dag = state.dag
@@ -160,15 +165,20 @@ class Lowering:
             it = iters[pos]
             children = self.attached.get((idx, offset + pos), ())
             if children:
-                body = seq([self.stage_nest(c) for c in children] + [body])
+                body = seq(self.attached_nests(children) + [body])
                 for c in reversed(children):
                     body = Allocate(self.buffers[id(self.state.stages[c].op)], body)
-            kind = _LOOP_KIND.get(it.annotation)
+            kind = self.loop_kinds.get(it.annotation)
             if kind is None:
                 raise LoweringError(f"iterator '{it.name}' of '{self.state.stages[idx].name}' is bound to "
-                                    f"{it.annotation}: GPU code generation is not available, only CPU")
+                                    f"{it.annotation}, a GPU thread binding: build it for target='cuda' "
+                                    "(ir.lower_gpu), not for the CPU")
             body = For(it.var, it.extent, kind, body, it.name)
         return body
+
+    def attached_nests(self, children) -> list[Stmt]:
+        """The nests of the stages computed at the top of one loop, in stage order."""
+        return [self.stage_nest(c) for c in children]
 
 
 def _plain_loops(iters, body: Stmt) -> Stmt:

@@ -224,14 +224,23 @@ def cpu_init_rules() -> list[InitRule]:
     return [FillTileSize(), ChangeComputeLocation(), Parallel(), Unroll(), Vectorize()]
 
 
+def init_rules_for(target_kind: str) -> list[InitRule]:
+    """The initial-population rules of a target kind ("cpu" or "gpu")."""
+    if target_kind == "gpu":
+        from .gpu_annotation import gpu_init_rules
+        return gpu_init_rules()
+    return cpu_init_rules()
+
+
 def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: np.random.Generator,
-                    init_rules=None, max_tries: int | None = None, target_kind: str = "cpu") -> list[ir.State]:
+                    init_rules=None, max_tries: int | None = None, target_kind: str | None = None) -> list[ir.State]:
     """Up to ``n`` unique random programs (unique by printed text): pick a sketch at
-    random, apply every init rule; samples a rule rejects are dropped."""
+    random, apply every init rule (by default those of the task's target kind); samples
+    a rule rejects are dropped."""
     if not sketches:
         raise ValueError("sample_programs: no sketches to sample from")
-    ctx = SketchContext(task, target_kind)
-    rules = init_rules if init_rules is not None else cpu_init_rules()
+    ctx = SketchContext(task, target_kind or task.target_kind)
+    rules = init_rules if init_rules is not None else init_rules_for(ctx.target_kind)
     out: dict[str, ir.State] = {}
     tries = 0
     max_tries = max_tries if max_tries is not None else 20 * n + 50

@@ -100,24 +100,32 @@ class AddRfactor(SketchRule):
         return Condition.PASS
 
     def apply(self, ctx, state, stage_id):
-        st = state.stages[stage_id]
-        space = [it.name for it in st.iters if it.kind == "space"]
-        reduce = [it.name for it in st.iters if it.kind == "reduce"]
-        base = state.reorder(stage_id, space + reduce) if [it.name for it in st.iters] != space + reduce else state
-        if len(reduce) > 1:
-            base = base.fuse(stage_id, reduce)
-        fused = base.stages[stage_id].iters[-1].name
-        base = base.split(stage_id, fused, [None])
+        base, fused, n_space = split_fused_reduction(state, stage_id)
         out = []
         for part in (f"{fused}.0", f"{fused}.1"):
-            s = base.rfactor(stage_id, part, len(space))
+            s = base.rfactor(stage_id, part, n_space)
             rf = s.stages[stage_id]  # the new rf stage takes this index
             if part.endswith(".1"):
                 names = [it.name for it in rf.iters]
-                factor = names[len(space)]
-                s = s.reorder(stage_id, names[:len(space)] + names[len(space) + 1:] + [factor])
+                factor = names[n_space]
+                s = s.reorder(stage_id, names[:n_space] + names[n_space + 1:] + [factor])
             out.append((s, stage_id - 1))
         return out
+
+
+def split_fused_reduction(state, stage_id: int):
+    """Reorder a stage's loops as space then reduce, fuse the reduce loops and split the
+    fused one in two (length chosen later): what rfactor rules start from. Returns the
+    state, the fused loop's name (its parts are NAME.0 and NAME.1) and the number of
+    space loops."""
+    st = state.stages[stage_id]
+    space = [it.name for it in st.iters if it.kind == "space"]
+    reduce = [it.name for it in st.iters if it.kind == "reduce"]
+    s = state.reorder(stage_id, space + reduce) if [it.name for it in st.iters] != space + reduce else state
+    if len(reduce) > 1:
+        s = s.fuse(stage_id, reduce)
+    fused = s.stages[stage_id].iters[-1].name
+    return s.split(stage_id, fused, [None]), fused, len(space)
 
 
 class SimplifyComputeWithConstTensor(SketchRule):

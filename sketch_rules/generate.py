@@ -52,10 +52,12 @@ def rules_for(target_kind: str = "cpu", custom_rules=None) -> list[SketchRule]:
     return list(custom_rules or []) + rules
 
 
-def generate_sketches(task: ir.SearchTask, rules=None, target_kind: str = "cpu",
+def generate_sketches(task: ir.SearchTask, rules=None, target_kind: str | None = None,
                       custom_rules=None) -> list[ir.State]:
     """All sketches of ``task``: terminal states of the derivation, unique by program text.
-    ``rules`` replaces the rule list; ``custom_rules`` are tried before the others."""
+    ``rules`` replaces the rule list; ``custom_rules`` are tried before the others;
+    ``target_kind`` ("cpu" or "gpu") defaults to the task's."""
+    target_kind = target_kind or task.target_kind
     ctx = SketchContext(task, target_kind)
     rules = list(rules) if rules is not None else rules_for(target_kind, custom_rules)
     init = task.dag.init_state()

@@ -18,7 +18,7 @@ class Condition(enum.Enum):
 class SketchContext:
     """What rules may look at besides the state: the task and its target's kind."""
     task: ir.SearchTask
-    target_kind: str = "cpu"  # "cpu" or "gpu"
+    target_kind: str = "cpu"  # "cpu" or "gpu" (the task's, unless a caller asks for the other's rules)
 
     @property
     def hardware(self) -> ir.HardwareParams:

@@ -89,14 +89,18 @@ def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rew
         if fault and fault.startswith("build:"):
             from .testing import inject_build_fault
             inject_build_fault(fault)
-        lowered = lower(state, KERNEL_NAME, layout_rewrite)
-        obj = compile_object(generate(lowered, KERNEL_NAME))
+        if task.target_kind == "gpu":  # the cuda target: PTX (and a cubin) with its launch plan
+            from .cuda import build_cuda_object
+            obj, layouts = build_cuda_object(task, state, KERNEL_NAME), {}
+        else:
+            lowered = lower(state, KERNEL_NAME, layout_rewrite)
+            obj, layouts = compile_object(generate(lowered, KERNEL_NAME)), dict(lowered.layouts or {})
     except ir.InvalidStep as exc:
         return _error(MeasureErrorNo.INSTANTIATION_ERROR, f"invalid program: {exc}", t0)
     except Exception as exc:
         return _error(MeasureErrorNo.COMPILE_HOST, f"compilation failed: {_describe(exc)}", t0)
     return {"error_no": 0, "error_msg": "", "object": obj, "name": KERNEL_NAME,
-            "layouts": dict(lowered.layouts or {}), "time": _elapsed(t0)}
+            "layouts": layouts, "time": _elapsed(t0)}
 
 
 # the reference -------------------------------------------------------------------------
@@ -203,8 +207,13 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
     dag = task.dag
+    gpu = task.target_kind == "gpu"
     try:
-        kernel = load_kernel(dag, obj, name, layouts)
+        if gpu:
+            from .cuda import load_cuda_kernel
+            kernel = load_cuda_kernel(dag, obj)
+        else:
+            kernel = load_kernel(dag, obj, name, layouts)
     except Exception as exc:
         return _error(MeasureErrorNo.RUNTIME_DEVICE, f"could not load the compiled program: {_describe(exc)}", t0)
     ref = _reference(task_key, dag, opts.seed, reference_path) if opts.verify else None
@@ -232,7 +241,7 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         mismatch = compare(outputs, ref)
         if mismatch:
             return _error(MeasureErrorNo.WRONG_ANSWER, mismatch, t0)
-    run = native_timer(kernel, *args)
+    run = kernel.timer(*args) if gpu else native_timer(kernel, *args)
     costs, number = [], max(1, opts.number)
     if opts.min_repeat_ms > 0:
         number, probe_time = calibrate(run, number, opts.min_repeat_ms * 1e-3)

@@ -284,15 +284,15 @@ def test_states_sharing_stages_reuse_cached_nests():
 
 
 def test_guards_bound_the_work_of_oversized_tiles():
-    """C.local is computed per 4-row tile of C but split by [8, 2] (lengths chosen for the
-    whole extent): its loops i.0 (1) x i.1 (8) x i.2 (2) run 16 rows, guarded by
-    i.1*2 + i.2 < 4. The work and the memory features count the 4 rows that execute."""
+    """C.local is computed per 4-row tile of C and split into 3 parts (lengths that do not
+    divide the region): its loops i.0 (3) x i.1 (2) run 6 rows, guarded by
+    i.0*2 + i.1 < 4. The work and the memory features count the 4 rows that execute."""
     dag = matmul_dag(16, 16, 16)
     s = dag.init_state().cache_write("C").split("C", "i", [4]).compute_at("C.local", "C", "i.0")
-    s = s.split("C.local", "i", [8, 2]).reorder("C.local", ["k", "i.0", "i.1", "i.2", "j"])
+    s = s.split("C.local", "i", [3], inner_to_outer=False).reorder("C.local", ["k", "i.0", "i.1", "j"])
     init, update, copy = raw_rows(ir.SearchTask(dag, layout_rewrite=False), s)
-    # loops i.0 (C, 4) k (16) i.1 (8) i.2 (2) j (16): 16384 iterations, 4096 of them do work
-    assert update["outer_prod"] == 4 * 16 * 8 * 2 * 16 and update["float_mad"] == 4 * 16 * 4 * 16
+    # loops i.0 (C, 4) k (16) i.0 (3) i.1 (2) j (16): 6144 iterations, 4096 of them do work
+    assert update["outer_prod"] == 4 * 16 * 3 * 2 * 16 and update["float_mad"] == 4 * 16 * 4 * 16
     # the guard itself is evaluated every iteration: one compare, one multiply-add
     assert update["int_cmp"] == update["outer_prod"]
     acc = next(buffer(update, i) for i in range(3) if buffer(update, i)["acc_type.readwrite"])

@@ -1,0 +1,75 @@
+"""The search on a GPU task: features with thread bindings, the GPU mutations, and a
+search policy that proposes only programs the device can run."""
+import numpy as np
+import pytest
+
+import ir
+import sketch_rules as SR
+from autosched import ops
+from evolution import Crossover, RandomModel, SearchParams, SketchPolicy, feature_dict, program_features
+from evolution.gpu_mutation import mutate_gpu
+from ir.lower_gpu import block_limits_violation
+from sketch_rules.annotation import AUTO_UNROLL_CHOICES_GPU
+
+
+@pytest.fixture(scope="module")
+def gmm():
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("GMM-1x512x512x512").tensors), target="cuda",
+                         hardware=ir.HardwareParams.cuda())
+    sketches = SR.generate_sketches(task)
+    return task, sketches, SR.sample_programs(task, sketches, 16, np.random.default_rng(0))
+
+
+def test_gpu_features_give_the_thread_bindings(gmm):
+    task, _, programs = gmm
+    s = programs[0]
+    root = s["batch_matmul"]
+    blocks, vthreads, threads = (it.extent for it in root.iters[:3])
+    rows = [feature_dict(r) for r in program_features(task, s)]
+    assert rows and all(r["is_gpu"] == 1 for r in rows)
+    update = max(rows, key=lambda r: r["float_mad"])  # the multiply-add of the register tile
+    slog = lambda x: float(np.log2(x + 1))  # noqa: E731
+    assert update["blockIdx_x_len"] == pytest.approx(slog(blocks))
+    assert update["vthread_len"] == pytest.approx(slog(vthreads))
+    assert update["threadIdx_x_len"] == pytest.approx(slog(threads))
+    assert update["threadIdx_y_len"] == 0 and update["blockIdx_z_len"] == 0
+    cpu = ir.SearchTask(task.dag)
+    cpu_rows = program_features(cpu, cpu.dag.init_state())
+    assert (cpu_rows[:, list(feature_dict(cpu_rows[0])).index("is_gpu")] == 0).all()
+
+
+def test_a_program_over_the_limits_has_no_features(gmm):
+    task, _, programs = gmm
+    from dataclasses import replace
+    tiny = replace(task.hardware, max_threads_per_block=16)
+    small_task = ir.SearchTask(task.dag, target="cuda", hardware=tiny)
+    assert program_features(small_task, programs[0]).shape[0] == 0  # scored lowest
+
+
+def test_gpu_mutations_keep_programs_within_the_limits(gmm):
+    task, _, programs = gmm
+    rng = np.random.default_rng(3)
+    children = [mutate_gpu(programs[i % len(programs)], rng, task.hardware) for i in range(60)]
+    children = [c for c in children if c is not None]
+    assert len(children) > 20
+    assert all(block_limits_violation(c, task.hardware) is None for c in children)
+    unrolls = {s.auto_unroll_max_step for c in children for s in c.steps if type(s).__name__ == "PragmaStep"}
+    assert unrolls <= set(AUTO_UNROLL_CHOICES_GPU)
+    with pytest.raises(ValueError, match="GPU mutation weights"):
+        mutate_gpu(programs[0], rng, task.hardware, weights={"parallel": 1.0})
+
+
+def test_the_policy_of_a_gpu_task_drops_children_the_device_cannot_run():
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("NRM-1x1024x1024").tensors), target="cuda",
+                         hardware=ir.HardwareParams.cuda())
+    policy = SketchPolicy(task, RandomModel(seed=0), SearchParams(population=64, generations=1, islands=1), seed=0)
+    population = policy.sample_initial()
+    rng = np.random.default_rng(0)
+    crossover = Crossover(policy.sketches)
+    children = [crossover(population[i % len(population)], population[(3 * i + 1) % len(population)], rng)
+                for i in range(80)]
+    broken = [c for c in children if c is not None and block_limits_violation(c, task.hardware)]
+    assert broken  # crossing two valid programs can break a block's limits...
+    assert not any(policy.runs_on_target(c) for c in broken)  # ...and the policy drops those
+    for state in policy.evolve(population, 16):
+        assert block_limits_violation(state, task.hardware) is None
