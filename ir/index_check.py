@@ -18,8 +18,11 @@ the domain is safe in every program. Each read of a body is
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
+
+import numpy as np
 
 from . import dtype as dt
 from . import expr as E
@@ -226,10 +229,18 @@ def _multiple(form: Affine, base: Affine):
     return None if diff.terms else (s, diff.const)
 
 
+#: a read's variables with at most this many points between them are searched exhaustively
+EXHAUSTIVE_POINTS = 1 << 16
+
+
 def _witness(index, n: int, form: Affine, conds, bounds: dict, low: bool, high: bool):
     """A point of the (narrowed) domain where every condition holds and ``index`` is
-    outside ``0..n-1``: ``(point, value)``; tried at the corners where the index is
-    smallest (``low``) and largest (``high``). None when none is found."""
+    outside ``0..n-1``: ``(point, value)``, or None when none is found. Every point is
+    tried when there are few; otherwise the corners where the index is extreme."""
+    names = {id(v) for e in (index, *conds) for v in E.free_vars(e)}
+    ranges = {v: bounds[v] for v in bounds if id(v) in names}
+    if len(ranges) == len(names) and math.prod(hi - lo + 1 for lo, hi in ranges.values()) <= EXHAUSTIVE_POINTS:
+        return _search_grid(index, n, conds, ranges)
     coefs = {id(atom): coef for atom, coef in form.terms.values() if isinstance(atom, E.Var)}
     for direction in [d for d, wanted in ((-1, low), (1, high)) if wanted]:
         for rest in (0, 1):
@@ -244,6 +255,61 @@ def _witness(index, n: int, form: Affine, conds, bounds: dict, low: bool, high: 
             if all(_evaluate(c, point) is True for c in conds):
                 return point, value
     return None
+
+
+def _search_grid(index, n: int, conds, ranges: dict):
+    """``_witness`` over every point of ``ranges`` at once (numpy)."""
+    axes = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in ranges.values()]
+    env = {id(v): g.ravel() for v, g in zip(ranges, np.meshgrid(*axes, indexing="ij"))}
+    size = math.prod(len(a) for a in axes)
+    try:
+        value = np.broadcast_to(_evaluate_array(index, env), (size,))
+        hit = (value < 0) | (value >= n)
+        for c in conds:
+            hit = hit & _evaluate_array(c, env)
+    except _DependsOnData:
+        return None
+    found = np.flatnonzero(hit)
+    if not found.size:
+        return None
+    at = found[0]
+    return {v: int(env[id(v)][at]) for v in ranges}, int(value[at])
+
+
+class _DependsOnData(Exception):
+    pass
+
+
+_ARRAY_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum, "max": np.maximum,
+              "and": np.logical_and, "or": np.logical_or, "<": np.less, "<=": np.less_equal,
+              ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}
+
+
+def _evaluate_array(e: E.Expr, env: dict):
+    """An integer or bool expression at every point of ``env`` (variable id -> values)."""
+    if isinstance(e, E.Const):
+        return np.asarray(e.value)
+    if isinstance(e, E.Var):
+        if id(e) not in env:
+            raise _DependsOnData
+        return env[id(e)]
+    if isinstance(e, (E.Binary, E.Compare)):
+        a, b = _evaluate_array(e.a, env), _evaluate_array(e.b, env)
+        if e.op in ("//", "%"):  # floor semantics; by zero gives 0, as in kernels
+            safe = np.where(b == 0, 1, b)
+            out = np.floor_divide(a, safe) if e.op == "//" else np.mod(a, safe)
+            return np.where(b == 0, 0, out)
+        if e.op not in _ARRAY_OPS or (isinstance(e, E.Binary) and dt.is_float(e.dtype)):
+            raise _DependsOnData
+        return _ARRAY_OPS[e.op](a, b)
+    if isinstance(e, E.Not):
+        return np.logical_not(_evaluate_array(e.a, env))
+    if isinstance(e, E.Select):
+        return np.where(_evaluate_array(e.cond, env), _evaluate_array(e.t, env), _evaluate_array(e.f, env))
+    if isinstance(e, E.Cast) and (dt.is_int(e.dtype) or e.dtype == "bool") and not dt.is_float(e.value.dtype):
+        value = _evaluate_array(e.value, env)
+        return value != 0 if e.dtype == "bool" else value
+    raise _DependsOnData
 
 
 def _evaluate(e: E.Expr, point: dict):
