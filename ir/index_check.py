@@ -52,7 +52,7 @@ class Violation:
         where = ", ".join(f"{v.name}={x}" for v, x in self.point.items())
         return (f"compute '{self.compute}' reads {expr_str(self.read)} outside '{t.name}' (shape {t.shape}): "
                 f"index {self.dim} ({expr_str(self.read.indices[self.dim])}) ranges over {_span(self.low, self.high)} "
-                f"but must stay in 0..{t.shape[self.dim] - 1}; at {where} it is {self.value}")
+                f"but must stay in 0..{t.shape[self.dim] - 1}; {f'at {where} ' if where else ''}it is {self.value}")
 
 
 def _span(lo, hi) -> str:
@@ -206,8 +206,8 @@ def _check_read(read: E.TensorRead, conds, domain: dict) -> list:
             scaled = _multiple(form, c_form)
             if scaled is not None:  # the index is a multiple of a guarded form plus a constant
                 s, d = scaled
-                c_lo, c_hi = (s * c_lo + d, s * c_hi + d) if s > 0 else (s * c_hi + d, s * c_lo + d)
-                lo, hi = max(lo, c_lo), min(hi, c_hi)
+                ends = sorted((s * c_lo + d, s * c_hi + d))
+                lo, hi = max(lo, ends[0]), min(hi, ends[1])
         if 0 <= lo and hi < n:
             out.append("proven")
             continue
@@ -240,44 +240,38 @@ def _witness(index, n: int, form: Affine, conds, bounds: dict, low: bool, high: 
     names = {id(v) for e in (index, *conds) for v in E.free_vars(e)}
     ranges = {v: bounds[v] for v in bounds if id(v) in names}
     if len(ranges) == len(names) and math.prod(hi - lo + 1 for lo, hi in ranges.values()) <= EXHAUSTIVE_POINTS:
-        return _search_grid(index, n, conds, ranges)
-    coefs = {id(atom): coef for atom, coef in form.terms.values() if isinstance(atom, E.Var)}
-    for direction in [d for d, wanted in ((-1, low), (1, high)) if wanted]:
-        for rest in (0, 1):
-            point = {}
-            for var, (v_lo, v_hi) in bounds.items():
-                coef = coefs.get(id(var), 0)
-                pick_hi = (coef * direction > 0) if coef else rest == 1
-                point[var] = v_hi if pick_hi else v_lo
-            value = _evaluate(index, point)
-            if not isinstance(value, int) or 0 <= value < n:
-                continue
-            if all(_evaluate(c, point) is True for c in conds):
-                return point, value
-    return None
-
-
-def _search_grid(index, n: int, conds, ranges: dict):
-    """``_witness`` over every point of ``ranges`` at once (numpy)."""
-    axes = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in ranges.values()]
-    env = {id(v): g.ravel() for v, g in zip(ranges, np.meshgrid(*axes, indexing="ij"))}
-    size = math.prod(len(a) for a in axes)
+        axes = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in ranges.values()]
+        points = {v: g.ravel() for v, g in zip(ranges, np.meshgrid(*axes, indexing="ij"))}
+    else:
+        points = _corners(form, ranges, low, high)
     try:
-        value = np.broadcast_to(_evaluate_array(index, env), (size,))
+        value = np.broadcast_to(_evaluate(index, points), next(iter(points.values())).shape if points else (1,))
         hit = (value < 0) | (value >= n)
         for c in conds:
-            hit = hit & _evaluate_array(c, env)
+            hit = hit & _evaluate(c, points)
     except _DependsOnData:
         return None
     found = np.flatnonzero(hit)
     if not found.size:
         return None
-    at = found[0]
-    return {v: int(env[id(v)][at]) for v in ranges}, int(value[at])
+    return {v: int(x[found[0]]) for v, x in points.items()}, int(value[found[0]])
+
+
+def _corners(form: Affine, ranges: dict, low: bool, high: bool) -> dict:
+    """Points where the affine ``form`` is smallest (``low``) or largest (``high``), the
+    variables it does not use at their first or their last value."""
+    coefs = {id(atom): coef for atom, coef in form.terms.values() if isinstance(atom, E.Var)}
+    points = {v: [] for v in ranges}
+    for direction in [d for d, wanted in ((-1, low), (1, high)) if wanted]:
+        for rest in (0, 1):
+            for var, (v_lo, v_hi) in ranges.items():
+                coef = coefs.get(id(var), 0)
+                points[var].append(v_hi if (coef * direction > 0 if coef else rest) else v_lo)
+    return {v: np.array(x, dtype=np.int64) for v, x in points.items()}
 
 
 class _DependsOnData(Exception):
-    pass
+    """The expression reads data (or a variable the points do not give)."""
 
 
 _ARRAY_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum, "max": np.maximum,
@@ -285,16 +279,16 @@ _ARRAY_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum
               ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}
 
 
-def _evaluate_array(e: E.Expr, env: dict):
-    """An integer or bool expression at every point of ``env`` (variable id -> values)."""
+def _evaluate(e: E.Expr, points: dict):
+    """An integer or bool expression at every one of ``points`` (variable -> values)."""
     if isinstance(e, E.Const):
         return np.asarray(e.value)
     if isinstance(e, E.Var):
-        if id(e) not in env:
+        if e not in points:
             raise _DependsOnData
-        return env[id(e)]
+        return points[e]
     if isinstance(e, (E.Binary, E.Compare)):
-        a, b = _evaluate_array(e.a, env), _evaluate_array(e.b, env)
+        a, b = _evaluate(e.a, points), _evaluate(e.b, points)
         if e.op in ("//", "%"):  # floor semantics; by zero gives 0, as in kernels
             safe = np.where(b == 0, 1, b)
             out = np.floor_divide(a, safe) if e.op == "//" else np.mod(a, safe)
@@ -303,18 +297,10 @@ def _evaluate_array(e: E.Expr, env: dict):
             raise _DependsOnData
         return _ARRAY_OPS[e.op](a, b)
     if isinstance(e, E.Not):
-        return np.logical_not(_evaluate_array(e.a, env))
+        return np.logical_not(_evaluate(e.a, points))
     if isinstance(e, E.Select):
-        return np.where(_evaluate_array(e.cond, env), _evaluate_array(e.t, env), _evaluate_array(e.f, env))
+        return np.where(_evaluate(e.cond, points), _evaluate(e.t, points), _evaluate(e.f, points))
     if isinstance(e, E.Cast) and (dt.is_int(e.dtype) or e.dtype == "bool") and not dt.is_float(e.value.dtype):
-        value = _evaluate_array(e.value, env)
+        value = _evaluate(e.value, points)
         return value != 0 if e.dtype == "bool" else value
     raise _DependsOnData
-
-
-def _evaluate(e: E.Expr, point: dict):
-    """The value of ``e`` at ``point`` (a Python int or bool), or None if it depends on
-    anything else (data)."""
-    const = {var: E.Const(x, var.dtype) for var, x in point.items()}
-    out = Simplifier()(E.substitute(e, const))
-    return out.value if isinstance(out, E.Const) else None
