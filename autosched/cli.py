@@ -5,7 +5,8 @@ declares its arguments. Values are checked while parsing, by the shared argument
 below (``count``, ``log_file``, ``workload_name``, ``network_name``), so that every user
 error is one line (``autosched: error: --trials must be >= 0, got -1``) with exit code 2,
 never a traceback. Ctrl-C during tuning says how many records the log kept and prints the
-command that resumes the run, with exit code 130.
+command that resumes the run, with exit code 130; a failure of the system (a full disk)
+is one line too, with exit code 1.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from . import graph, networks, ops
 from .graph.zoo import ALIASES, NETWORKS
 
 PROG = "autosched"
-#: exit codes: a user error (as argparse's), an interrupted run (128 + SIGINT)
-USAGE_ERROR, INTERRUPTED = 2, 130
+#: exit codes: a failure of the system (a full disk...), a user error (as argparse's), an
+#: interrupted run (128 + SIGINT)
+SYSTEM_ERROR, USAGE_ERROR, INTERRUPTED = 1, 2, 130
 DEFAULT_TRIALS = 200
 
 
@@ -330,6 +332,9 @@ def main(argv=None) -> int:
     except UsageError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return USAGE_ERROR
+    except OSError as err:  # the machine's, not ours: a full disk, a log made unwritable meanwhile
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return SYSTEM_ERROR
     except KeyboardInterrupt:
         report_interrupt(args, argv, records_before)
         return INTERRUPTED

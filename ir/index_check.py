@@ -19,7 +19,6 @@ the domain is safe in every program. Each read of a body is
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,23 +83,24 @@ def analyse(name: str, body: E.Expr, axes) -> tuple[list[Violation], frozenset]:
     return violations, frozenset(unproven)
 
 
-_RUNTIME_CACHE: OrderedDict = OrderedDict()
+#: body id -> (body, tensor ids); emptied when full (bodies are shared by the programs
+#: of a task, so the same few are asked for again and again)
+_RUNTIME_CACHE: dict = {}
 _RUNTIME_CACHE_SIZE = 4096
 
 
 def runtime_checked(body: E.Expr, axes) -> frozenset:
     """Ids of the tensors that ``body`` reads at an index that needs a run-time check:
     unproven, or out of range (a stage derived by a transform; its definition was
-    checked). Cached by the body's identity: lowering asks once per stage and program."""
+    checked). Cached by the body's identity: lowering asks for every read it lowers."""
     hit = _RUNTIME_CACHE.get(id(body))
     if hit is not None and hit[0] is body:
-        _RUNTIME_CACHE.move_to_end(id(body))
         return hit[1]
     violations, unproven = analyse("", body, axes)
     result = unproven | {id(v.read.tensor) for v in violations}
+    if len(_RUNTIME_CACHE) >= _RUNTIME_CACHE_SIZE:
+        _RUNTIME_CACHE.clear()
     _RUNTIME_CACHE[id(body)] = (body, result)
-    if len(_RUNTIME_CACHE) > _RUNTIME_CACHE_SIZE:
-        _RUNTIME_CACHE.popitem(last=False)
     return result
 
 

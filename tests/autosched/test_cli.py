@@ -103,6 +103,15 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path, monkeypatch, cap
     assert (args.trials, args.log_file, args.seed) == (47, str(log), 1)
 
 
+def test_a_full_disk_is_one_line_and_exit_code_1(tmp_path, monkeypatch, capsys):
+    def tune(task, trials, log_file=None, **kwargs):
+        raise OSError(28, "No space left on device", log_file)
+    monkeypatch.setattr(autosched.tune, "auto_schedule", tune)
+    log = str(tmp_path / "log.json")
+    assert cli.main(["tune", GMM, "--log-file", log]) == 1
+    assert capsys.readouterr().err == f"autosched: error: [Errno 28] No space left on device: '{log}'\n"
+
+
 def test_ctrl_c_without_a_log_says_nothing_was_saved(monkeypatch, capsys):
     monkeypatch.setattr(autosched.tune, "auto_schedule", interrupted_tuning(0))
     assert cli.main(["tune", GMM, "--trials", "5"]) == 130
