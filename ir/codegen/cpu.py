@@ -301,13 +301,13 @@ class FunctionBuilder:
         lo_b, hi_b = simplify.affine(e.b).interval(self.bounds)
         risky = [d for d in ((0, -1) if signed else (0,)) if lo_b <= d <= hi_b]
         if risky:
-            return self.divmod_by_any(op, e, a, b, signed, risky)
+            return self.divmod_by_any(op, a, b, signed, risky)
         if not signed or (lo_a >= 0 and lo_b > 0):
             name = ("u" if not signed else "s") + ("div" if op == "//" else "rem")
             return self.instr(f"{name} {a.full} {a.ref}, {b.ref}", a.ty, a.lanes)
         return self.floor_fixup(op, a, b)
 
-    def divmod_by_any(self, op: str, e: E.Binary, a: Value, b: Value, signed: bool, risky: list) -> Value:
+    def divmod_by_any(self, op: str, a: Value, b: Value, signed: bool, risky: list) -> Value:
         """``floor_divmod`` with the divisors in ``risky`` (0, -1) replaced by 1 for the
         division itself and their results selected afterwards."""
         full, ty, lanes = a.full, a.ty, a.lanes
