@@ -200,22 +200,41 @@ def test_an_intermediate_too_large_raises_memory_error():
         loaded(a, s)
 
 
-def test_local_buffers_too_large_for_a_stack_come_from_the_heap():
+def two_large_locals(parallel: bool):
     n = 1_500_000  # two 6 MB buffers per thread: more than an 8 MB thread stack
     A = ir.placeholder((4, n), name="A")
     C = ir.compute((4, n), lambda i, j: A[i, j] * 2.0, name="C")
     E = ir.compute((4, n), lambda i, j: A[i, j] * 3.0, name="E")
     D = ir.compute((4, n), lambda i, j: C[i, j] + E[i, j], name="D")
     dag = ir.ComputeDAG([A, D])
-    for parallel in (False, True):
-        state = dag.init_state().compute_at("C", "D", "i").compute_at("E", "D", "i")
-        if parallel:
-            state = state.parallel("D", "i")
-        kernel = ir.build(dag, state)
-        assert "aligned_alloc" in kernel.llvm_ir
-        a, d = RNG.random((4, n)).astype("float32"), np.zeros((4, n), "float32")
+    state = dag.init_state().compute_at("C", "D", "i").compute_at("E", "D", "i")
+    return dag, state.parallel("D", "i") if parallel else state
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_local_buffers_too_large_for_a_stack_come_from_the_heap(parallel):
+    dag, state = two_large_locals(parallel)
+    kernel = ir.build(dag, state)
+    assert "aligned_alloc" in kernel.llvm_ir
+    a = RNG.random(dag.tensors[0].shape).astype("float32")
+    d = np.zeros_like(a)
+    kernel(a, d)
+    np.testing.assert_allclose(d, a * 5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_local_buffer_that_cannot_be_allocated_raises_memory_error(parallel, monkeypatch):
+    """Every thread's allocation fails (asked for more than any machine has): the threads
+    report it, the call raises, nothing is written."""
+    from ir.codegen import cpu
+    monkeypatch.setattr(cpu, "_heap_bytes", lambda nbytes: cpu.MAX_ALLOCATION)
+    dag, state = two_large_locals(parallel)
+    kernel = ir.build(dag, state)
+    a = np.ones(dag.tensors[0].shape, "float32")
+    d = np.zeros_like(a)
+    with pytest.raises(MemoryError, match=r"per thread for its local buffer '[CE]'"):
         kernel(a, d)
-        np.testing.assert_allclose(d, a * 5, rtol=1e-6)
+    assert not d.any()
 
 
 # integer division ----------------------------------------------------------------------------
