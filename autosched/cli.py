@@ -1,31 +1,104 @@
-"""The ``autosched`` command line."""
+"""The ``autosched`` command line.
+
+Each subcommand is a ``cmd_NAME(args)`` function with an ``add_NAME(subparsers)`` that
+declares its arguments. Values are checked while parsing, by the shared argument types
+below (``count``, ``log_file``, ``workload_name``, ``network_name``), so that every user
+error is one line (``autosched: error: --trials must be >= 0, got -1``) with exit code 2,
+never a traceback. Ctrl-C during tuning says how many records the log kept and prints the
+command that resumes the run, with exit code 130; a failure of the system (a full disk)
+is one line too, with exit code 1.
+"""
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 import time
 
 import numpy as np
 
 import ir
-from . import ops
+from . import graph, networks, ops
+from .graph.zoo import ALIASES, NETWORKS
+
+PROG = "autosched"
+#: exit codes: a failure of the system (a full disk...), a user error (as argparse's), an
+#: interrupted run (128 + SIGINT)
+SYSTEM_ERROR, USAGE_ERROR, INTERRUPTED = 1, 2, 130
+DEFAULT_TRIALS = 200
 
 
-def _workload(name: str) -> "ops.Workload":
-    try:
-        return ops.suite_workload(name)
-    except ValueError as err:
-        raise SystemExit(f"autosched: {err}\n(see `autosched list` for the suite's names)") from None
+class UsageError(Exception):
+    """A bad combination of arguments found after parsing; reported like a parse error."""
 
 
-def _best_seconds(fn, min_time: float = 0.2) -> float:
-    fn()
-    runs, start = [], time.perf_counter()
-    while time.perf_counter() - start < min_time or len(runs) < 3:
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return min(runs)
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, ``autosched: error: ...``, exit code 2;
+    options are never abbreviated (a resumed command repeats them as given)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        # the argument types below say which option they check: drop argparse's "argument X: "
+        head, _, rest = message.partition(": ")
+        if head.startswith("argument ") and rest.startswith(("--", "unknown ")):
+            message = rest
+        self.exit(USAGE_ERROR, f"{PROG}: error: {message}\n")
+
+
+# argument types shared by the subcommands ----------------------------------------------------
+
+def count(option: str, minimum: int):
+    """An int option that must be at least ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{option} must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def log_file(text: str) -> str:
+    """A tuning log path that can be appended to: not a folder, in a folder that exists,
+    writable (checked before anything is tuned, so that no measurement is lost)."""
+    folder = os.path.dirname(text) or "."
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"--log-file {text!r} is a directory; give a file (a new one, or a tuning "
+                                         "log to resume)")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"--log-file {text!r}: the folder {folder!r} does not exist")
+    if not os.access(text if os.path.exists(text) else folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"--log-file {text!r} is not writable")
+    return text
+
+
+def workload_name(text: str) -> str:
+    if text not in ops.suite_names():
+        raise argparse.ArgumentTypeError(f"unknown workload {text!r}; `{PROG} list` prints the suite's names")
+    return text
+
+
+def network_name(text: str) -> str:
+    if ALIASES.get(text.lower(), text.lower()) not in NETWORKS:
+        raise argparse.ArgumentTypeError(f"unknown network {text!r} (--network); expected one of "
+                                         f"{', '.join(graph.network_names())}")
+    return text
+
+
+def _add_seed(parser) -> None:
+    parser.add_argument("--seed", type=count("--seed", 0), default=0, help="random seed (default 0)")
+
+
+# list, build, sketches ---------------------------------------------------------------------
+
+def add_list(sub) -> None:
+    sub.add_parser("list", help="list the benchmark suite's workloads and the operators").set_defaults(fn=cmd_list)
 
 
 def cmd_list(args) -> int:
@@ -35,9 +108,17 @@ def cmd_list(args) -> int:
     return 0
 
 
+def add_build(sub) -> None:
+    build = sub.add_parser("build", help="compile a workload's naive program, verify it, time it beside numpy")
+    build.add_argument("workload", type=workload_name, help="a suite name such as GMM-1x512x512x512 "
+                                                            f"(see `{PROG} list`)")
+    _add_seed(build)
+    build.set_defaults(fn=cmd_build)
+
+
 def cmd_build(args) -> int:
     """Compile a workload's naive program, verify it against numpy, time it beside numpy."""
-    w = _workload(args.workload)
+    w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# {args.workload}: {w.flops / 1e9:.3f} GFLOP, workload key {dag.workload_key()}\n{dag}\n")
     state = dag.init_state()
@@ -63,36 +144,86 @@ def cmd_build(args) -> int:
     return 0
 
 
+def add_sketches(sub) -> None:
+    sketches = sub.add_parser("sketches", help="print a workload's sketches and a few sampled programs")
+    sketches.add_argument("workload", type=workload_name, help="a suite name such as C2D-1x56x56x64x64-k1s1p0")
+    sketches.add_argument("--samples", type=count("--samples", 0), default=3,
+                          help="random programs to print (default 3)")
+    _add_seed(sketches)
+    sketches.add_argument("--target", choices=["cpu", "gpu", "cuda"], default="cpu",
+                          help="the sketch rules of this CPU or of a GPU (gpu and cuda are the same)")
+    sketches.set_defaults(fn=cmd_sketches)
+
+
 def cmd_sketches(args) -> int:
     """Print a workload's sketches and a few sampled programs."""
     from .space import generate_sketches
-    w = _workload(args.workload)
+    w = ops.suite_workload(args.workload)
     print(f"# {args.workload}\n{ir.ComputeDAG(w.tensors)}\n")
     generate_sketches(ir.ComputeDAG(w.tensors), samples=args.samples, seed=args.seed,
                       target_kind="gpu" if args.target in ("gpu", "cuda") else "cpu")
     return 0
 
 
+# tune ------------------------------------------------------------------------------------------
+
+#: options of ``tune --network`` only (None when not given), with their defaults
+NETWORK_OPTIONS = {"batch_size": 1, "strategy": "gradient", "objective": "latency", "early_stopping_per_task": None}
+
+
+def add_tune(sub) -> None:
+    tune = sub.add_parser("tune", help="tune a workload (or a whole network with --network) and print the result")
+    tune.add_argument("workload", nargs="?", type=workload_name, default=None,
+                      help=f"a suite name such as GMM-1x512x512x512 (see `{PROG} list`)")
+    tune.add_argument("--trials", type=count("--trials", 0), default=DEFAULT_TRIALS,
+                      help=f"programs to measure in this run (default {DEFAULT_TRIALS})")
+    tune.add_argument("--batch", type=count("--batch", 1), default=64,
+                      help="programs measured per search round (default 64); not the network's batch size, "
+                           "which is --batch-size")
+    tune.add_argument("--log-file", type=log_file, default=None,
+                      help="JSON-lines tuning log: appended to, and resumed from")
+    tune.add_argument("--early-stopping", type=count("--early-stopping", 1), default=None,
+                      help="stop after N trials without improvement")
+    _add_seed(tune)
+    tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
+                      help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
+    net = tune.add_argument_group("networks")
+    net.add_argument("--network", type=network_name, default=None,
+                     help=f"tune a whole network instead: {', '.join(graph.network_names())}")
+    net.add_argument("--batch-size", type=count("--batch-size", 1), default=None,
+                     help="the network's batch size, the N of its input tensors (default 1)")
+    net.add_argument("--strategy", choices=["gradient", "round-robin"], default=None,
+                     help="task scheduling (default: Ansor's gradient scheduler)")
+    net.add_argument("--objective", choices=["latency", "early_stopping"], default=None,
+                     help="task scheduler objective (default: the network's latency)")
+    net.add_argument("--early-stopping-per-task", type=count("--early-stopping-per-task", 1), default=None,
+                     help="retire a task after N trials without improvement")
+    tune.set_defaults(fn=cmd_tune)
+
+
 def cmd_tune(args) -> int:
     """Tune a workload; print the winner's loop nest and its speed beside numpy."""
-    from .tune import auto_schedule
-    if getattr(args, "network", None):
-        from .networks import tune_network_command
-        return tune_network_command(args)
+    given = [f"--{k.replace('_', '-')}" for k in NETWORK_OPTIONS if getattr(args, k) is not None]
+    if args.network is not None:
+        if args.workload is not None:
+            raise UsageError(f"tune takes a workload or --network, not both (got {args.workload!r} and "
+                             f"--network {args.network})")
+        for key, default in NETWORK_OPTIONS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, default)
+        return cmd_tune_network(args)
     if args.workload is None:
-        raise SystemExit("autosched tune: give a workload (see `autosched list`) or --network NAME")
-    if args.trials is None:
-        args.trials = 200
-    w = _workload(args.workload)
+        raise UsageError(f"tune needs a workload (see `{PROG} list`) or --network NAME")
+    if given:
+        raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to --network")
+    from .tune import auto_schedule
+    w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
     target = "cuda" if args.target == "cuda" else None
-    try:
-        result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
-                               measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                               early_stopping=args.early_stopping)
-    except ir.NoCudaDevice as err:
-        raise SystemExit(f"autosched: {err}") from None
+    result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
+                           measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
+                           early_stopping=args.early_stopping)
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
@@ -130,43 +261,104 @@ def _report_cuda(name: str, w, result, seed: int) -> int:
     return 0 if ok else 1
 
 
+def cmd_tune_network(args) -> int:
+    """``autosched tune --network NAME``: partition, tune, then run the whole network from
+    its tuned kernels, check it against numpy and print its end-to-end latency."""
+    net = graph.get_network(args.network, batch=args.batch_size, seed=args.seed)
+    part = networks.as_partitioned(net)
+    print(f"# {net.summary()}\n# {part.summary()}", flush=True)
+    result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
+                                    seed=args.seed, strategy=args.strategy, objective=args.objective,
+                                    early_stopping=args.early_stopping,
+                                    early_stopping_per_task=args.early_stopping_per_task)
+    executor = result.executor(0)
+    ok, err = executor.verify()
+    latency = executor.benchmark(repeat=5)["median"]
+    est = result.estimated_latencies()[part.name]
+    print(f"# {part.name}: end-to-end {1e3 * latency:.3f} ms ({len(executor.untuned)} of {len(part.tasks)} tasks "
+          f"untuned); estimated from the tasks {1e3 * est:.3f} ms; verified against numpy: "
+          f"{'OK' if ok else 'WRONG'} (max relative error {err:.2e})")
+    if not ok:
+        print("# the network's output does not match the numpy reference", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def _best_seconds(fn, min_time: float = 0.2) -> float:
+    fn()
+    runs, start = [], time.perf_counter()
+    while time.perf_counter() - start < min_time or len(runs) < 3:
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return min(runs)
+
+
+# interrupted runs -------------------------------------------------------------------------------
+
+def count_records(path: str | None) -> int:
+    """Complete lines of a tuning log that hold records (not comments), 0 if there is none."""
+    if not path or not os.path.isfile(path):
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return sum(1 for line in f if line.endswith("\n") and line.strip() and not line.lstrip().startswith("#"))
+
+
+def resume_command(argv: list[str], trials: int) -> str:
+    """``argv`` as a shell command that runs the remaining ``trials``."""
+    words, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--trials":
+            skip = True
+        elif not word.startswith("--trials="):
+            words.append(word)
+    script = os.path.basename(sys.argv[0])
+    prog = [sys.executable, "-m", "autosched"] if script in ("__main__.py", "-m") else [PROG]
+    return shlex.join(prog + words + ["--trials", str(trials)])
+
+
+def report_interrupt(args, argv: list[str], records_before: int) -> None:
+    """What Ctrl-C leaves behind: the records saved, and how to go on from them."""
+    path = getattr(args, "log_file", None)
+    if not hasattr(args, "trials"):
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return
+    if not path:
+        print(f"{PROG}: interrupted; nothing was saved (no --log-file); give --log-file FILE to make a run "
+              "resumable", file=sys.stderr)
+        return
+    total = count_records(path)
+    saved = max(total - records_before, 0)
+    print(f"{PROG}: interrupted; {saved} new records saved in {path} ({total} in all)\n"
+          f"resume with: {resume_command(argv, max(args.trials - saved, 0))}", file=sys.stderr)
+
+
+# entry point ----------------------------------------------------------------------------------
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="A template-free auto-scheduler for tensor programs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (add_list, add_build, add_tune, add_sketches):
+        add(sub)
+    return parser
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="autosched", description="A template-free auto-scheduler for tensor programs.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the benchmark suite's workloads and the operators").set_defaults(fn=cmd_list)
-    build = sub.add_parser("build", help="compile a workload's naive program, verify it, time it beside numpy")
-    build.add_argument("workload", help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
-    build.add_argument("--seed", type=int, default=0)
-    build.set_defaults(fn=cmd_build)
-    tune = sub.add_parser("tune", help="tune a workload (or a whole network with --network) and print the result")
-    tune.add_argument("workload", nargs="?", default=None,
-                      help="a suite name such as GMM-1x512x512x512 (see `autosched list`)")
-    tune.add_argument("--trials", type=int, default=None, help="measurements (default 200)")
-    tune.add_argument("--batch", type=int, default=64, help="programs measured per round (default 64)")
-    tune.add_argument("--log-file", default=None, help="JSON-lines tuning log: appended to, and resumed from")
-    tune.add_argument("--early-stopping", type=int, default=None, help="stop after N trials without improvement")
-    tune.add_argument("--seed", type=int, default=0)
-    tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
-                      help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
-    tune.add_argument("--network", default=None,
-                      help="tune a whole network instead: resnet50, mobilenet_v2, resnet3d_18, dcgan or bert")
-    tune.add_argument("--batch-size", type=int, default=1, help="the network's batch size (default 1)")
-    tune.add_argument("--strategy", choices=["gradient", "round-robin"], default="gradient",
-                      help="task scheduling (default: Ansor's gradient scheduler)")
-    tune.add_argument("--objective", choices=["latency", "early_stopping"], default="latency",
-                      help="task scheduler objective (default: the network's latency)")
-    tune.add_argument("--early-stopping-per-task", type=int, default=None,
-                      help="retire a task after N trials without improvement")
-    tune.set_defaults(fn=cmd_tune)
-    sketches = sub.add_parser("sketches", help="print a workload's sketches and a few sampled programs")
-    sketches.add_argument("workload", help="a suite name such as C2D-1x56x56x64x64-k1s1p0")
-    sketches.add_argument("--samples", type=int, default=3, help="random programs to print (default 3)")
-    sketches.add_argument("--seed", type=int, default=0)
-    sketches.add_argument("--target", choices=["cpu", "gpu", "cuda"], default="cpu",
-                          help="the sketch rules of this CPU or of a GPU (gpu and cuda are the same)")
-    sketches.set_defaults(fn=cmd_sketches)
-    args = parser.parse_args(argv)
-    return args.fn(args)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = make_parser().parse_args(argv)
+    records_before = count_records(getattr(args, "log_file", None))
+    try:
+        return args.fn(args)
+    except UsageError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    except (OSError, ir.NoCudaDevice) as err:  # the machine's, not ours: a full disk, no GPU
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return SYSTEM_ERROR
+    except KeyboardInterrupt:
+        report_interrupt(args, argv, records_before)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -205,26 +205,3 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
 
 
 __all__ = ["tune_networks", "NetworkTuneResult", "as_partitioned"]
-
-
-def tune_network_command(args) -> int:
-    """``autosched tune --network NAME``: partition, tune, then run the whole network from
-    its tuned kernels, check it against numpy and print its end-to-end latency."""
-    import sys
-    graph = get_network(args.network, batch=args.batch_size, seed=args.seed)
-    part = as_partitioned(graph)
-    print(f"# {graph.summary()}\n# {part.summary()}", flush=True)
-    trials = args.trials if args.trials is not None else 200
-    result = tune_networks(part, trials=trials, measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           strategy=args.strategy, objective=args.objective,
-                           early_stopping=args.early_stopping, early_stopping_per_task=args.early_stopping_per_task)
-    executor = result.executor(0)
-    ok, err = executor.verify()
-    latency = executor.benchmark(repeat=5)["median"]
-    est = result.estimated_latencies()[part.name]
-    print(f"# {part.name}: end-to-end {1e3 * latency:.3f} ms ({len(executor.untuned)} of {len(part.tasks)} tasks "
-          f"untuned); estimated from the tasks {1e3 * est:.3f} ms; verified against numpy: "
-          f"{'OK' if ok else 'WRONG'} (max relative error {err:.2e})")
-    if not ok:
-        print("# the network's output does not match the numpy reference", file=sys.stderr)
-    return 0 if ok else 1

@@ -6,6 +6,7 @@ from .expr import (Expr, Var, IterVar, Const, Reduce, TensorRead, const, cast, s
 from .tensor import Tensor, Operation, PlaceholderOp, ComputeOp, placeholder, compute, reduce_axis
 from .simplify import simplify
 from .dag import ComputeDAG
+from .index_check import IndexOutOfRange
 from .state import State, Stage, Iterator
 from .loops import InvalidStep
 from . import steps

@@ -9,6 +9,7 @@ import networkx as nx
 
 from . import dtype as dt
 from . import expr as E
+from .index_check import check_reads
 from .printer import expr_str
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 
@@ -67,6 +68,7 @@ class ComputeDAG:
             for t in op.input_tensors:
                 self.graph.add_edge(t.op, op)
         self._index = {id(op): i for i, op in enumerate(self.ops)}
+        check_reads(self.compute_ops)
 
     def __reduce__(self):
         # rebuilt from its tensors, so that identity-keyed tables stay right after pickling

@@ -47,22 +47,25 @@ class Buffer:
 
 
 class Load(E.Expr):
-    """``buffer[index]`` on the flat buffer."""
+    """``buffer[index]`` on the flat buffer. ``in_range``: for a read whose index could
+    not be proven inside its tensor at build time (``ir.index_check``), the condition
+    that it is; where it fails, the kernel reads element 0 and reports an error."""
 
-    __slots__ = ("buffer", "index")
+    __slots__ = ("buffer", "index", "in_range")
 
-    def __init__(self, buffer: Buffer, index: E.Expr):
-        self.buffer, self.index = buffer, index
+    def __init__(self, buffer: Buffer, index: E.Expr, in_range: E.Expr | None = None):
+        self.buffer, self.index, self.in_range = buffer, index, in_range
         self.dtype = buffer.dtype
 
     def children(self):
-        return (self.index,)
+        return (self.index,) if self.in_range is None else (self.index, self.in_range)
 
     def rebuild(self, kids):
-        return Load(self.buffer, kids[0])
+        return Load(self.buffer, *kids)
 
     def to_str(self) -> str:
-        return f"{self.buffer.name}[{expr_str(self.index)}]"
+        check = "" if self.in_range is None else f" if {expr_str(self.in_range)} else error"
+        return f"{self.buffer.name}[{expr_str(self.index)}{check}]"
 
 
 class Stmt:

@@ -14,6 +14,7 @@ from . import expr as E
 from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Stmt, Store, seq
 from .simplify import Simplifier, interval
 from .bounds import all_iter_bounds
+from .index_check import in_range, runtime_checked
 from .layout import plan_all
 
 _LOOP_KIND = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
@@ -81,6 +82,7 @@ class Lowering:
                 self.allocations.append(buf)
         self.bounds = all_iter_bounds(state)
         self.simplify = Simplifier(self.bounds)
+        self.reader = None  # the stage whose body is being lowered (for run-time index checks)
 
     def run(self, name: str) -> LoweredFunc:
         body = seq(self.stage_nest(idx) for idx, st in enumerate(self.state.stages)
@@ -101,11 +103,22 @@ class Lowering:
         op = e.tensor.op
         st = self.stage_of.get(id(op))
         if st is not None and st.compute_at == "inline":
-            return self.expr(E.substitute(st.body, dict(zip(st.axes, e.indices))))
+            reader, self.reader = self.reader, st
+            try:
+                return self.expr(E.substitute(st.body, dict(zip(st.axes, e.indices))))
+            finally:
+                self.reader = reader
         layout = self.layouts.get(id(op))
         if layout is not None:
             return Load(self.buffers[id(op)], self.simplify(self.buffers[id(op)].flat_index(layout.new_index())))
-        return Load(self.buffers[id(op)], self.index(op, e.indices))
+        return Load(self.buffers[id(op)], self.index(op, e.indices), self.runtime_check(e))
+
+    def runtime_check(self, e: E.TensorRead) -> E.Expr | None:
+        """The in-range condition of a read that ``ir.index_check`` could not prove safe
+        (None for the proven reads: no cost in the kernel)."""
+        if id(e.tensor) not in runtime_checked(self.reader.body, self.reader.all_axes):
+            return None
+        return self.simplify(in_range(e.tensor, e.indices))
 
     def expr(self, e: E.Expr) -> E.Expr:
         return E.transform(e, lambda n: self.read(n) if isinstance(n, E.TensorRead) else None)
@@ -113,6 +126,7 @@ class Lowering:
     # statements ------------------------------------------------------------------------
     def stage_nest(self, idx: int) -> Stmt:
         st = self.state.stages[idx]
+        self.reader = st
         op = st.op
         axis_map = dict(zip(st.all_axes, st.axis_values))
         unit = {it.var: E.Const(0, it.var.dtype) for it in st.iters if it.extent == 1}

@@ -86,17 +86,39 @@ class TimeResult:
         return statistics.fmean(self.results)
 
 
-class CompiledModule:
+class _KernelFunctions:
+    """The functions of a compiled kernel (``ir.codegen``): ``entry(argv) -> status``,
+    ``timer(argv, n) -> ns or -status`` and ``error(status) -> message``."""
+
+    def _bind(self, name: str) -> None:
+        addresses = [self.engine.get_function_address(n) for n in (name, name + ".timer", name + ".error")]
+        if not all(addresses):
+            raise ValueError(f"the object holds no function '{name}' (and '{name}.timer', '{name}.error'); "
+                             "was it compiled under another name, or by another version?")
+        entry, timer, error = addresses
+        self.name = name
+        self.entry = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(entry)
+        self.timer = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(timer)
+        self.error = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_int32)(error)
+
+    def check(self, status: int) -> None:
+        """Raise the error a call reported (MemoryError, IndexError); nothing for 0."""
+        if status == 0:
+            return
+        message = self.error(status)
+        kind, _, text = (message or b"").decode().partition(": ")
+        raise {"MemoryError": MemoryError, "IndexError": IndexError}.get(kind, RuntimeError)(
+            text or f"the kernel failed with status {status}")
+
+
+class CompiledModule(_KernelFunctions):
     """A JIT-compiled module; keeps the engine (and so the code) alive."""
 
     def __init__(self, ir_text: str, name: str):
         self.module = optimize(ir_text)
         self.engine = llvm.create_mcjit_compiler(self.module, _new_target_machine())
         self.engine.finalize_object()
-        self.name = name
-        self.entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.engine.get_function_address(name))
-        self.timer = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(
-            self.engine.get_function_address(name + ".timer"))
+        self._bind(name)
 
     def assembly(self) -> str:
         return target_machine().emit_assembly(self.module)
@@ -115,6 +137,7 @@ class Kernel:
         self.layouts = dict(lowered.layouts or {})
         self._specs = [(t.name, tuple(self.layouts[t.name].shape if t.name in self.layouts else t.shape),
                         np.dtype(t.dtype)) for t in dag.tensors]
+        self._outputs = {t.name for t in dag.outputs}
         self._argv_type = ctypes.c_void_p * len(self._specs)
 
     def _pack(self, arrays) -> ctypes.Array:
@@ -135,27 +158,32 @@ class Kernel:
                 raise ValueError(f"input '{name}' has shape {arr.shape}, the kernel expects {shape}")
             if not arr.flags.c_contiguous:
                 raise ValueError(f"input '{name}' is not C-contiguous; pass np.ascontiguousarray({name})")
+            if name in self._outputs and not arr.flags.writeable:
+                raise ValueError(f"output '{name}' is a read-only array (e.g. a view of bytes, or np.load with "
+                                 f"mmap_mode='r'); the kernel writes its outputs: pass a writeable array such "
+                                 f"as np.empty({shape}, '{dtype}')")
             argv[i] = arr.ctypes.data
         return argv
 
     def __call__(self, *arrays) -> None:
+        """Run the kernel; MemoryError when an intermediate could not be allocated,
+        IndexError when a read checked at run time left its tensor."""
         argv = self._pack(arrays)
-        self._compiled.entry(argv)
+        self._compiled.check(self._compiled.entry(argv))
 
     def time(self, *arrays, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0) -> TimeResult:
         """Seconds per call. Each of ``repeat`` measurements runs ``number`` back-to-back calls
         in native code; ``number`` grows until one measurement lasts ``min_repeat_ms``."""
         if number < 1 or repeat < 1:
             raise ValueError(f"number and repeat must be >= 1, got number={number}, repeat={repeat}")
-        argv = self._pack(arrays)
-        timer = self._compiled.timer
+        timer = native_timer(self, *arrays)
         if min_repeat_ms > 0:
             while True:
-                ns = timer(argv, number)
-                if ns >= min_repeat_ms * 1e6 or number >= 1 << 30:
+                seconds = timer(number)
+                if seconds >= min_repeat_ms * 1e-3 or number >= 1 << 30:
                     break
-                number = max(number * 2, int(number * min_repeat_ms * 1e6 / max(ns, 1) * 1.1))
-        results = [timer(argv, number) / number * 1e-9 for _ in range(repeat)]
+                number = max(number * 2, int(number * min_repeat_ms * 1e-3 / max(seconds, 1e-9) * 1.1))
+        results = [timer(number) / number for _ in range(repeat)]
         return TimeResult(statistics.median(results), results, number)
 
     def pack(self, name: str, array: np.ndarray) -> np.ndarray:
@@ -186,22 +214,16 @@ def compile_object(ir_text: str) -> bytes:
     return target_machine().emit_object(optimize(ir_text))
 
 
-class ObjectModule:
-    """A native object made by ``compile_object``, loaded with MCJIT: the same ``entry`` and
-    ``timer`` as ``CompiledModule`` (libgomp and libc symbols resolve in this process)."""
+class ObjectModule(_KernelFunctions):
+    """A native object made by ``compile_object``, loaded with MCJIT: the same functions
+    as ``CompiledModule`` (libgomp and libc symbols resolve in this process)."""
 
     def __init__(self, data: bytes, name: str):
         target_machine()  # initialises LLVM and loads libgomp permanently
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(data)))
         self.engine.finalize_object()
-        self.name = name
-        entry, timer = (self.engine.get_function_address(n) for n in (name, name + ".timer"))
-        if not entry or not timer:
-            raise ValueError(f"the object holds no function '{name}' (and '{name}.timer'); "
-                             "was it compiled under another name?")
-        self.entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(entry)
-        self.timer = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(timer)
+        self._bind(name)
 
     def assembly(self) -> str:
         raise NotImplementedError("a kernel loaded from an object file has no module to print; "
@@ -227,12 +249,15 @@ def native_timer(kernel: Kernel, *arrays):
     in native code (the arguments are checked once, here): the building block of runners
     that choose their own repeat policy."""
     argv = kernel._pack(arrays)
-    timer = kernel._compiled.timer
+    compiled = kernel._compiled
 
     def run(n: int) -> float:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        return timer(argv, n) * 1e-9
+        ns = compiled.timer(argv, n)
+        if ns < 0:
+            compiled.check(-ns)
+        return ns * 1e-9
 
     run.arrays = arrays  # the addresses in argv stay valid while the closure lives
     return run

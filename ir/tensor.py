@@ -2,23 +2,35 @@
 from __future__ import annotations
 
 import inspect
+import operator
 from typing import Callable, Sequence
 
 from . import dtype as dt
 from . import expr as E
 
 
+def as_int(value) -> int | None:
+    """``value`` as a Python int when it is an integer (an int or any numpy integer, not a
+    bool), else None: shapes and extents may come from numpy arithmetic."""
+    if isinstance(value, bool) or getattr(value, "dtype", None) == bool:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _check_shape(shape, what: str) -> tuple[int, ...]:
-    if isinstance(shape, int):
+    if as_int(shape) is not None:
         shape = (shape,)
     try:
         shape = tuple(shape)
     except TypeError:
         raise TypeError(f"{what}: shape must be a tuple of positive ints, got {shape!r}") from None
-    for s in shape:
-        if isinstance(s, bool) or not isinstance(s, int) or s <= 0:
-            raise ValueError(f"{what}: shape must be a tuple of positive ints, got {shape!r}")
-    return shape
+    ints = tuple(as_int(s) for s in shape)
+    if any(s is None or s <= 0 for s in ints):
+        raise ValueError(f"{what}: shape must be a tuple of positive ints, got {shape!r}")
+    return ints
 
 
 class Operation:
@@ -125,10 +137,10 @@ def reduce_axis(extent, name: str = "k") -> E.IterVar:
     if isinstance(extent, (tuple, list)):
         if len(extent) != 2:
             raise ValueError(f"reduce_axis '{name}': expected an extent or (lo, hi), got {extent!r}")
-        lo, hi = extent
+        lo, hi = (as_int(v) for v in extent)
     else:
-        lo, hi = 0, extent
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)) or hi <= lo:
+        lo, hi = 0, as_int(extent)
+    if lo is None or hi is None or hi <= lo:
         raise ValueError(f"reduce_axis '{name}': expected a positive int extent or ints lo < hi, got {extent!r}")
     return E.IterVar(name, lo, hi - lo, "reduce")
 

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 import ir
+from ir.tensor import as_int
 from .opdefs import opdef
 
 
@@ -227,7 +228,7 @@ class GraphBuilder:
              name: str = "conv") -> Node:
         """A 1-3d convolution (from ``x``'s rank) with a He-normal weight, no bias."""
         sd = len(x.shape) - 2
-        k = (kernel,) * sd if isinstance(kernel, int) else tuple(kernel)
+        k = (kernel,) * sd if as_int(kernel) is not None else tuple(kernel)
         cig = x.shape[-1] // groups
         w = self.const((*k, cig, channels), normal(math.sqrt(2.0 / (cig * math.prod(k)))), f"{name}_weight")
         return self.op("conv", [x, w], name, stride=stride, padding=padding, dilation=dilation, groups=groups)

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 import ir
+from ir.tensor import as_int
 from .. import ops
 from ..ops import reference as R
 from ..ops.elementwise import unary
@@ -44,7 +45,7 @@ def _register(kind: str, pattern: int, build, reference, arity=None) -> None:
 
 
 def _t(v, n):
-    return (v,) * n if isinstance(v, int) else tuple(v)
+    return (v,) * n if as_int(v) is not None else tuple(v)
 
 
 def _layout(x_ndim: int) -> str:

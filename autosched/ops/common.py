@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 import ir
+from ir.tensor import as_int
 
 #: the data layouts of operators with 1, 2 or 3 spatial dimensions (channel-first, channel-last)
 LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -55,19 +56,19 @@ def parse_layout(layout, spatial_dims: int, what: str) -> Layout:
 
 def as_tuple(value, n: int, what: str, minimum: int = 1) -> tuple[int, ...]:
     """An int or a tuple of ``n`` ints, each at least ``minimum``, as a tuple of ``n`` ints."""
-    values = (value,) * n if isinstance(value, int) and not isinstance(value, bool) else value
-    ok = (isinstance(values, (tuple, list)) and len(values) == n
-          and all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values))
-    if not ok:
+    values = (value,) * n if as_int(value) is not None else value
+    ints = tuple(as_int(v) for v in values) if isinstance(values, (tuple, list)) else ()
+    if len(ints) != n or any(v is None or v < minimum for v in ints):
         bound = "positive" if minimum == 1 else f">= {minimum}"
         raise ValueError(f"{what} must be an int or a tuple of {n} ints, each {bound}; got {value!r}")
-    return tuple(values)
+    return ints
 
 
 def check_positive(what: str, value) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    number = as_int(value)
+    if number is None or number < 1:
         raise ValueError(f"{what} must be a positive int, got {value!r}")
-    return value
+    return number
 
 
 def check_dims(what: str, **dims) -> None:
@@ -77,12 +78,12 @@ def check_dims(what: str, **dims) -> None:
 
 
 def check_shape(shape, what: str) -> tuple[int, ...]:
-    if isinstance(shape, int) and not isinstance(shape, bool):
+    if as_int(shape) is not None:
         shape = (shape,)
-    if (not isinstance(shape, (tuple, list)) or not shape
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape)):
+    ints = tuple(as_int(s) for s in shape) if isinstance(shape, (tuple, list)) else ()
+    if not ints or any(s is None or s < 1 for s in ints):
         raise ValueError(f"{what} must be a non-empty tuple of positive ints, got {shape!r}")
-    return tuple(shape)
+    return ints
 
 
 def out_size(size: int, kernel: int, stride: int, pad: int, dilation: int = 1) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import ir
+from ir.tensor import as_int
 
 from . import reference as ref
 from .common import (as_tuple, check_dims, data_layout, numel, out_size, pad, parse_layout, reduce_axes,
@@ -20,7 +21,7 @@ from .registry import operator
 
 
 def _check_groups(what: str, ci: int, co: int, groups) -> None:
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+    if as_int(groups) is None or groups < 1:
         raise ValueError(f"{what}: groups must be a positive int, got {groups!r}")
     for label, c in (("input", ci), ("output", co)):
         if c % groups:
@@ -201,7 +202,7 @@ def capsule_conv2d(data, weight, stride=1, padding=0, layout="NHWC", name=None):
 # workloads -----------------------------------------------------------------------------
 
 def _tuple(value, n: int) -> tuple:
-    return (value,) * n if isinstance(value, int) else tuple(value)
+    return (value,) * n if as_int(value) is not None else tuple(value)
 
 
 def _channel_last(layout: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import ir
+from ir.tensor import as_int
 
 from . import reference as ref
 from .common import (as_tuple, check_dims, check_shape, data_layout, numel, parse_layout, reduce_axes,
@@ -174,11 +175,11 @@ def _register_pool(pool_type: str) -> None:
         return [x, pool(x, kernel, stride, padding, pool_type, layout)]
 
     def reference(ins, p):
-        t = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
+        t = lambda v: (v, v) if as_int(v) is not None else tuple(v)  # noqa: E731
         return [ref.pool(ins[0], t(p.kernel), t(p.stride), t(p.padding), pool_type, p.layout == "NHWC")]
 
     def flops(ts, p):
-        window_size = math.prod((p.kernel, p.kernel) if isinstance(p.kernel, int) else p.kernel)
+        window_size = math.prod((p.kernel, p.kernel) if as_int(p.kernel) is not None else p.kernel)
         return numel(ts[-1].shape) * (window_size + (pool_type == "avg"))
 
     build.__name__ = build.__qualname__ = f"{name}_workload"

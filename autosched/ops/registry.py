@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 import ir
+from ir.tensor import as_int
 
 #: draws one input array: ``sampler(rng, shape, dtype) -> ndarray``
 Sampler = Callable[[np.random.Generator, tuple, str], np.ndarray]
@@ -89,10 +90,12 @@ def operator_def(name: str) -> OperatorDef:
 
 
 def _hashable(value):
-    """Lists (e.g. an axes permutation given as a list) become tuples so workloads hash."""
+    """Lists (e.g. an axes permutation given as a list) become tuples so workloads hash;
+    numpy integers become ints, so that shapes computed with numpy work like literal ones."""
     if isinstance(value, (list, tuple)):
         return tuple(_hashable(v) for v in value)
-    return value
+    number = None if isinstance(value, (int, str)) else as_int(value)
+    return value if number is None else number
 
 
 @dataclass(frozen=True, eq=False)

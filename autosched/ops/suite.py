@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ir.tensor import as_int
+
 from .registry import Workload, workload
 
 
@@ -120,8 +122,9 @@ def suite_names(batch: int = 1, families=None) -> list[str]:
 
 
 def _entries(batch: int, families) -> list[SuiteEntry]:
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+    if as_int(batch) is None or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
+    batch = as_int(batch)
     codes = [f.code for f in FAMILIES] if families is None else list(families)
     unknown = [c for c in codes if c not in _BY_CODE]
     if unknown:

@@ -10,6 +10,7 @@ import operator as pyop
 import numpy as np
 
 import ir
+from ir.tensor import as_int
 
 from .common import check_shape, numel, pad, scaled
 from .registry import operator
@@ -33,8 +34,10 @@ def transpose(x, axes=None, name: str = "transpose"):
 
 def _resolve_shape(new_shape, size: int, name: str) -> tuple:
     new_shape = tuple(new_shape) if isinstance(new_shape, (tuple, list)) else (new_shape,)
-    if new_shape.count(-1) > 1 or not all(isinstance(s, int) and (s >= 1 or s == -1) for s in new_shape):
+    ints = tuple(as_int(s) for s in new_shape)
+    if ints.count(-1) > 1 or not all(s is not None and (s >= 1 or s == -1) for s in ints):
         raise ValueError(f"{name}: new_shape must be positive ints with at most one -1, got {new_shape}")
+    new_shape = ints
     if -1 in new_shape:
         known = numel(s for s in new_shape if s != -1)
         if size % known:
@@ -78,7 +81,7 @@ def pad_workload(shape, pad_before, pad_after=None, pad_value=0.0, dtype="float3
 
 
 def _pad_widths(p, ndim):
-    t = lambda v: (v,) * ndim if isinstance(v, int) else tuple(v)  # noqa: E731
+    t = lambda v: (v,) * ndim if as_int(v) is not None else tuple(v)  # noqa: E731
     return t(p.pad_before), t(p.pad_before if p.pad_after is None else p.pad_after)
 
 

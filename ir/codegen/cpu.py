@@ -11,6 +11,12 @@ accumulators in registers. Loops are emitted as rotated loops (every extent is >
 - ``unroll`` and loop nests under ``auto_unroll_max_step`` are unrolled in the emitted IR.
 - ``parallel``: the loop is outlined and run by libgomp's ``GOMP_parallel``, each thread
   taking one contiguous block of iterations.
+
+``@NAME`` returns a status: 0, or the code of what went wrong (an allocation that failed,
+a read outside its tensor at an index checked at run time); ``@NAME.error(code)`` returns
+its message as a C string ("MemoryError: ..." / "IndexError: ..."), so that a kernel
+loaded from an object file explains itself. Integer division and modulo by zero give 0,
+as numpy's do, instead of a signal.
 """
 from __future__ import annotations
 
@@ -27,6 +33,12 @@ from ..simplify import Simplifier, structural_key
 from ..vecmath import math_function
 
 MAX_VECTOR_LANES = 16
+#: local buffers of one function (the kernel's body, or one thread's share of a parallel
+#: loop) live on its stack up to this many bytes in all; larger ones come from the heap
+#: (once per call and thread), so that no thread overflows its stack
+STACK_BYTES = 1 << 20
+#: a request this large fails on any machine (and stays an i64): the failure is reported
+MAX_ALLOCATION = 1 << 62
 #: vector loops of at most this many chunks of MAX_VECTOR_LANES are unrolled
 MAX_UNROLLED_CHUNKS = 8
 FLOAT_FLAGS = "contract"
@@ -58,7 +70,15 @@ class ModuleBuilder:
         self.declarations: dict[str, str] = {}
         self.functions: list[str] = []
         self.math_defs: dict[str, str] = {}
+        #: messages of the kernel's status codes (code i + 1 is errors[i])
+        self.errors: list[str] = []
         self._counter = 0
+
+    def error_code(self, message: str) -> int:
+        """The status code of ``message`` ("MemoryError: ..." or "IndexError: ...")."""
+        if message not in self.errors:
+            self.errors.append(message)
+        return self.errors.index(message) + 1
 
     def fresh(self, base: str) -> str:
         self._counter += 1
@@ -105,7 +125,12 @@ class FunctionBuilder:
         self.attrs = attrs
         self.lines: list[str] = []
         self.entry_allocas: list[str] = []
-        self.block = "entry"
+        #: local buffers too large for the stack: (ref, bytes, status code), by buffer id
+        self.heap_locals: dict[int, tuple[str, int, int]] = {}
+        self.stack_bytes = 0
+        #: the i32 the kernel's status is written to (error paths only)
+        self.status = "%status"
+        self.block = "start"
         self._tmp = 0
         self.env: dict[int, Value] = {}
         self.buffers: dict[int, str] = {}
@@ -138,10 +163,32 @@ class FunctionBuilder:
         self.emit(f"br label %{target}")
 
     def finish(self, ret: str = "ret void") -> str:
+        frees = [f"  call void @free(ptr {ref})" for ref, _, _ in self.heap_locals.values()]
+        self.lines.extend(frees)
         self.emit(ret)
         params = ", ".join(f"{ty} {name}" for ty, name in self.params)
-        body = ["entry:"] + self.entry_allocas + [line for line in self.lines]
+        body = ["entry:"] + self.entry_allocas + self._heap_prologue(frees, ret) + ["start:"] + self.lines
         return f"define {self.attrs.format(params=params)} {{\n" + "\n".join(body) + "\n}\n"
+
+    def _heap_prologue(self, frees: list[str], ret: str) -> list[str]:
+        """Allocate the heap locals on entry; if any allocation fails, free the others,
+        report the first failure's code and return."""
+        if not self.heap_locals:
+            return ["  br label %start"]
+        lines, code = [], "0"
+        for n, (ref, nbytes, err) in enumerate(self.heap_locals.values()):
+            lines.append(f"  {ref} = call noalias ptr @aligned_alloc(i64 64, i64 {nbytes})")
+            lines.append(f"  %heap.null.{n} = icmp eq ptr {ref}, null")
+            lines.append(f"  %heap.code.{n} = select i1 %heap.null.{n}, i32 {err}, i32 {code}")
+            code = f"%heap.code.{n}"
+        lines += [f"  %heap.failed = icmp ne i32 {code}, 0",
+                  "  br i1 %heap.failed, label %heap.fail, label %start", "heap.fail:"] + frees
+        lines += [f"  store atomic i32 {code}, ptr {self.status} monotonic, align 4", "  " + ret]
+        return lines
+
+    def flag(self, code: int) -> None:
+        """Report status ``code`` (threads may race to report: any one of them wins)."""
+        self.emit(f"store atomic i32 {code}, ptr {self.status} monotonic, align 4")
 
     # values ----------------------------------------------------------------------------
     def const(self, value, dtype: str) -> Value:
@@ -246,12 +293,47 @@ class FunctionBuilder:
         return self.instr(f"select {c.full} {c.ref}, {a.full} {a.ref}, {a.full} {b.ref}", a.ty, a.lanes)
 
     def floor_divmod(self, op: str, e: E.Binary, a: Value, b: Value, signed: bool) -> Value:
-        full, ty, lanes = a.full, a.ty, a.lanes
-        lo_a = Simplifier(self.bounds).affine(e.a).interval(self.bounds)[0] if self.bounds else -1
-        lo_b = Simplifier(self.bounds).affine(e.b).interval(self.bounds)[0] if self.bounds else -1
+        """Floor division / modulo. A divisor that may be 0 (or -1, whose quotient of the
+        most negative number traps as well) gives numpy's results: 0 for both by 0;
+        ``-a`` (wrapping) and 0 by -1."""
+        simplify = Simplifier(self.bounds)
+        lo_a = simplify.affine(e.a).interval(self.bounds)[0]
+        lo_b, hi_b = simplify.affine(e.b).interval(self.bounds)
+        risky = [d for d in ((0, -1) if signed else (0,)) if lo_b <= d <= hi_b]
+        if risky:
+            return self.divmod_by_any(op, a, b, signed, risky)
         if not signed or (lo_a >= 0 and lo_b > 0):
             name = ("u" if not signed else "s") + ("div" if op == "//" else "rem")
-            return self.instr(f"{name} {full} {a.ref}, {b.ref}", ty, lanes)
+            return self.instr(f"{name} {a.full} {a.ref}, {b.ref}", a.ty, a.lanes)
+        return self.floor_fixup(op, a, b)
+
+    def divmod_by_any(self, op: str, a: Value, b: Value, signed: bool, risky: list) -> Value:
+        """``floor_divmod`` with the divisors in ``risky`` (0, -1) replaced by 1 for the
+        division itself and their results selected afterwards."""
+        full, ty, lanes = a.full, a.ty, a.lanes
+        is_risky = {d: self.instr(f"icmp eq {full} {b.ref}, {self.broadcast(Value(str(d), ty), lanes).ref}",
+                                  "i1", lanes) for d in risky}
+        safe = b
+        for cond in is_risky.values():
+            one = self.broadcast(Value("1", ty), lanes)
+            safe = self.instr(f"select {cond.full} {cond.ref}, {full} {one.ref}, {full} {safe.ref}", ty, lanes)
+        if signed:
+            out = self.floor_fixup(op, a, safe)
+        else:
+            out = self.instr(f"{'udiv' if op == '//' else 'urem'} {full} {a.ref}, {safe.ref}", ty, lanes)
+        zero = self.broadcast(Value("0", ty), lanes)
+        if -1 in is_risky and op == "//":  # a // -1 == -a, wrapping like numpy's
+            neg = self.instr(f"sub {full} {zero.ref}, {a.ref}", ty, lanes)
+            c = is_risky[-1]
+            out = self.instr(f"select {c.full} {c.ref}, {full} {neg.ref}, {full} {out.ref}", ty, lanes)
+        if 0 in is_risky:  # (by 1 the remainder is already 0, as it should be by -1)
+            c = is_risky[0]
+            out = self.instr(f"select {c.full} {c.ref}, {full} {zero.ref}, {full} {out.ref}", ty, lanes)
+        return out
+
+    def floor_fixup(self, op: str, a: Value, b: Value) -> Value:
+        """Signed floor division / modulo from LLVM's truncating ``sdiv``/``srem``."""
+        full, ty, lanes = a.full, a.ty, a.lanes
         q = self.instr(f"sdiv {full} {a.ref}, {b.ref}", ty, lanes)
         r = self.instr(f"srem {full} {a.ref}, {b.ref}", ty, lanes)
         zero = self.broadcast(Value("0", ty), lanes)
@@ -366,6 +448,8 @@ class FunctionBuilder:
         return self.instr(f"add nsw i64 {base.ref}, {self.vec_base.ref}", "i64", 1)
 
     def load(self, e: Load) -> Value:
+        if e.in_range is not None:
+            return self.checked_load(e)
         sty = dt.storage_llvm_type(e.buffer.dtype)
         kind, rest = self.vector_access(e.index)
         lanes = self.lanes
@@ -397,6 +481,47 @@ class FunctionBuilder:
             return self.instr(f"trunc {raw.full} {raw.ref} to {_vec('i1', raw.lanes)}", "i1", raw.lanes)
         return raw
 
+    def checked_load(self, e: Load) -> Value:
+        """A read whose index is checked at run time: where ``e.in_range`` fails (in a
+        lane that is active), element 0 is read instead and an IndexError reported."""
+        ok, index = self.unify(self.ev(e.in_range), self.ev(e.index))
+        lanes = ok.lanes
+        bad = self.instr(f"xor {ok.full} {ok.ref}, {self.broadcast(Value('true', 'i1'), lanes).ref}", "i1", lanes)
+        if self.mask is not None:
+            active = self.mask if lanes > 1 else self.any_lane(self.mask)
+            bad = self.instr(f"and {bad.full} {bad.ref}, {active.ref}", "i1", lanes)
+        code = self.module.error_code(f"IndexError: the kernel read '{e.buffer.name}' at an index outside it (an "
+                                      "index that could not be proven in range when the kernel was built, e.g. "
+                                      "one read from data); element 0 was read instead")
+        flag_l, go_l = self.label("oob"), self.label("oob.end")
+        self.emit(f"br i1 {self.any_lane(bad).ref}, label %{flag_l}, label %{go_l}")
+        self.start_block(flag_l)
+        self.flag(code)
+        self.branch(go_l)
+        self.start_block(go_l)
+        zero = self.broadcast(Value("0", index.ty), lanes)
+        safe = self.instr(f"select {ok.full} {ok.ref}, {index.full} {index.ref}, {index.full} {zero.ref}",
+                          index.ty, lanes)
+        sty, align = dt.storage_llvm_type(e.buffer.dtype), dt.itemsize(e.buffer.dtype)
+        mask, self.mask = self.mask, None  # every address is inside the buffer now
+        ptr = self.address(e.buffer, safe)
+        self.mask = mask
+        if lanes == 1:
+            raw = self.instr(f"load {sty}, ptr {ptr.ref}, align {align}", sty, 1)
+        else:
+            raw = self._gather(ptr, sty, lanes, align)
+        if e.buffer.dtype == "bool":
+            return self.instr(f"trunc {raw.full} {raw.ref} to {_vec('i1', lanes)}", "i1", lanes)
+        return raw
+
+    def any_lane(self, v: Value) -> Value:
+        """Whether any lane of the i1 vector ``v`` is set (``v`` itself for a scalar)."""
+        if v.lanes == 1:
+            return v
+        sym = f"@llvm.vector.reduce.or.v{v.lanes}i1"
+        self.module.declare(f"declare i1 {sym}({v.full})")
+        return self.instr(f"call i1 {sym}({v.full} {v.ref})", "i1", 1)
+
     def _gather(self, ptrs: Value, sty: str, lanes: int, align: int) -> Value:
         vt = _vec(sty, lanes)
         sym = f"@llvm.masked.gather.{_suffix(sty, lanes)}.v{lanes}p0"
@@ -420,9 +545,7 @@ class FunctionBuilder:
                 # every active lane stores the same value at the same place: store it once
                 # if any lane is active
                 m = self.mask
-                sym = f"@llvm.vector.reduce.or.v{m.lanes}i1"
-                self.module.declare(f"declare i1 {sym}({m.full})")
-                anyl = self.instr(f"call i1 {sym}({m.full} {m.ref})", "i1", 1)
+                anyl = self.any_lane(m)
                 if value.lanes > 1:  # take it from the first active lane (inactive ones read zeros)
                     bits = self.instr(f"bitcast {m.full} {m.ref} to i{m.lanes}", f"i{m.lanes}", 1)
                     self.module.declare(f"declare i{m.lanes} @llvm.cttz.i{m.lanes}(i{m.lanes}, i1)")
@@ -547,22 +670,56 @@ class FunctionBuilder:
         self.start_block(end_l)
 
     def allocate(self, s: Allocate) -> None:
+        """Local buffers: stack arrays in the function's entry (so that SROA keeps small
+        ones in registers), or heap blocks allocated on entry once the stack share is
+        spent. Intermediates of the whole kernel: heap blocks around their users; a failed
+        allocation skips them and reports a MemoryError."""
         buf = s.buffer
         nbytes = buf.capacity * dt.itemsize(buf.dtype)
         if buf.scope == "local":
-            ref = f"%buf.{buf.name}.{self._tmp}"
-            self._tmp += 1
-            self.entry_allocas.append(f"  {ref} = alloca {dt.storage_llvm_type(buf.dtype)}, i64 {buf.capacity}, align 64")
+            if self.stack_bytes + nbytes <= STACK_BYTES:
+                ref = f"%buf.{buf.name}.{self._tmp}"
+                self._tmp += 1
+                self.stack_bytes += nbytes
+                self.entry_allocas.append(f"  {ref} = alloca {dt.storage_llvm_type(buf.dtype)}, i64 {buf.capacity}, "
+                                          "align 64")
+            else:
+                ref = self.heap_local(buf, nbytes)
             self.buffers[id(buf)] = ref
             self.stmt(s.body)
             return
-        self.module.declare("declare noalias ptr @aligned_alloc(i64, i64)")
-        self.module.declare("declare void @free(ptr)")
-        rounded = (nbytes + 63) // 64 * 64
-        ptr = self.instr(f"call noalias ptr @aligned_alloc(i64 64, i64 {rounded})", "ptr", 1)
+        self.declare_heap()
+        code = self.module.error_code(f"MemoryError: the kernel could not allocate {nbytes} bytes for its "
+                                      f"intermediate '{buf.name}' (shape {buf.shape}, {buf.dtype})")
+        ptr = self.instr(f"call noalias ptr @aligned_alloc(i64 64, i64 {_heap_bytes(nbytes)})", "ptr", 1)
+        null = self.instr(f"icmp eq ptr {ptr.ref}, null", "i1", 1)
+        ok_l, fail_l, end_l = self.label("alloc.ok"), self.label("alloc.fail"), self.label("alloc.end")
+        self.emit(f"br i1 {null.ref}, label %{fail_l}, label %{ok_l}")
+        self.start_block(ok_l)
         self.buffers[id(buf)] = ptr.ref
         self.stmt(s.body)
         self.emit(f"call void @free(ptr {ptr.ref})")
+        self.branch(end_l)
+        self.start_block(fail_l)
+        self.flag(code)
+        self.branch(end_l)
+        self.start_block(end_l)
+
+    def heap_local(self, buf: Buffer, nbytes: int) -> str:
+        """The heap block of local buffer ``buf`` in this function (one per buffer, even
+        when its loop is unrolled: its uses follow each other)."""
+        hit = self.heap_locals.get(id(buf))
+        if hit is None:
+            self.declare_heap()
+            code = self.module.error_code(f"MemoryError: the kernel could not allocate {nbytes} bytes per thread "
+                                          f"for its local buffer '{buf.name}' (shape {buf.shape}, {buf.dtype})")
+            hit = (f"%heap.{buf.name}.{len(self.heap_locals)}", _heap_bytes(nbytes), code)
+            self.heap_locals[id(buf)] = hit
+        return hit[0]
+
+    def declare_heap(self) -> None:
+        self.module.declare("declare noalias ptr @aligned_alloc(i64, i64)")
+        self.module.declare("declare void @free(ptr)")
 
     # loops -------------------------------------------------------------------------------------
     def loop(self, s: For) -> None:
@@ -651,7 +808,8 @@ class FunctionBuilder:
         free = _free_values(s, self.env)
         buffers = [b for b in _used_buffers(s) if id(b) in self.buffers]
         name = self.module.fresh(f"{self.name}.par")
-        params = [("ptr noalias", f"%p{i}") for i in range(len(buffers))] + \
+        # closure slots: the status, the buffers, the free values
+        params = [("ptr noalias", "%status")] + [("ptr noalias", f"%p{i}") for i in range(len(buffers))] + \
                  [("i64", f"%v{i}") for i in range(len(free))] + [("i64", "%lo"), ("i64", "%hi")]
         body_fn = FunctionBuilder(self.module, name + ".body", params,
                                   attrs="internal void @" + name + ".body({params}) alwaysinline nounwind")
@@ -665,14 +823,15 @@ class FunctionBuilder:
         body_fn.chunked_loop(s)
         self.module.functions.append(body_fn.finish())
         # the trampoline unpacks the closure and picks this thread's block
-        n_slots = len(buffers) + len(free)
+        n_pointers = 1 + len(buffers)
+        n_slots = n_pointers + len(free)
         tramp = FunctionBuilder(self.module, name, [("ptr", "%data")], attrs="internal void @" + name + "({params}) nounwind")
         self.module.declare("declare i32 @omp_get_thread_num()")
         self.module.declare("declare i32 @omp_get_num_threads()")
         args = []
         for i in range(n_slots):
             slot = tramp.instr(f"getelementptr inbounds i64, ptr %data, i64 {i}", "ptr", 1)
-            if i < len(buffers):
+            if i < n_pointers:
                 args.append("ptr " + tramp.instr(f"load ptr, ptr {slot.ref}, align 8", "ptr", 1).ref)
             else:
                 args.append("i64 " + tramp.instr(f"load i64, ptr {slot.ref}, align 8", "i64", 1).ref)
@@ -700,11 +859,11 @@ class FunctionBuilder:
         closure = f"%closure.{self._tmp}"
         self._tmp += 1
         self.entry_allocas.append(f"  {closure} = alloca i64, i64 {max(n_slots, 1)}, align 8")
-        for i, b in enumerate(buffers):
+        for i, ref in enumerate([self.status] + [self.buffers[id(b)] for b in buffers]):
             slot = self.instr(f"getelementptr inbounds i64, ptr {closure}, i64 {i}", "ptr", 1)
-            self.emit(f"store ptr {self.buffers[id(b)]}, ptr {slot.ref}, align 8")
+            self.emit(f"store ptr {ref}, ptr {slot.ref}, align 8")
         for i, (var_id, val) in enumerate(free):
-            slot = self.instr(f"getelementptr inbounds i64, ptr {closure}, i64 {len(buffers) + i}", "ptr", 1)
+            slot = self.instr(f"getelementptr inbounds i64, ptr {closure}, i64 {n_pointers + i}", "ptr", 1)
             self.emit(f"store i64 {val.ref}, ptr {slot.ref}, align 8")
         self.emit(f"call void @GOMP_parallel(ptr @{name}, ptr {closure}, i32 0, i32 0)")
 
@@ -727,6 +886,12 @@ class FunctionBuilder:
         self.emit(f"br i1 {cond}, label %{head}, label %{exit_l}")
         self.lines[idx] = f"  {phi} = phi i64 [%lo, %{pre}], [{next_ref}, %{latch}]"
         self.start_block(exit_l)
+
+
+def _heap_bytes(nbytes: int) -> int:
+    """What to ask ``aligned_alloc`` for: a multiple of the 64-byte alignment (capped,
+    so that an impossible size stays an i64 and fails like any other)."""
+    return min((nbytes + 63) // 64 * 64, MAX_ALLOCATION)
 
 
 def _depends_on(e: E.Expr, var: E.Var | None) -> bool:
@@ -842,7 +1007,8 @@ def generate(func, name: str | None = None) -> str:
     """LLVM IR text of a lowered function: ``@NAME(ptr %args)`` and ``@NAME.timer``."""
     name = name or func.name
     module = ModuleBuilder()
-    params = [("ptr noalias nocapture", f"%a{i}") for i in range(len(func.args))]
+    params = [("ptr noalias nocapture", f"%a{i}") for i in range(len(func.args))] + \
+        [("ptr noalias nocapture", "%status")]
     body = FunctionBuilder(module, name + ".body", params,
                            attrs="internal void @" + name + ".body({params}) alwaysinline nounwind")
     for i, buf in enumerate(func.args):
@@ -850,20 +1016,54 @@ def generate(func, name: str | None = None) -> str:
     body.stmt(func.body)
     module.functions.append(body.finish())
 
-    entry = FunctionBuilder(module, name, [("ptr", "%args")], attrs="void @" + name + "({params}) nounwind")
+    entry = FunctionBuilder(module, name, [("ptr", "%args")], attrs="i32 @" + name + "({params}) nounwind")
+    entry.entry_allocas.append("  %status = alloca i32, align 4")
+    entry.emit("store i32 0, ptr %status, align 4")
     ptrs = []
     for i in range(len(func.args)):
         slot = entry.instr(f"getelementptr inbounds ptr, ptr %args, i64 {i}", "ptr", 1)
         ptrs.append("ptr " + entry.instr(f"load ptr, ptr {slot.ref}, align 8", "ptr", 1).ref)
-    entry.emit(f"call void @{name}.body({', '.join(ptrs)})")
-    module.functions.append(entry.finish())
+    entry.emit(f"call void @{name}.body({', '.join(ptrs)}, ptr %status)")
+    status = entry.instr("load i32, ptr %status, align 4", "i32", 1)
+    module.functions.append(entry.finish(f"ret i32 {status.ref}"))
     module.functions.append(_timer(name))
+    module.functions.append(_error_messages(name, module.errors))
     return module.text()
+
+
+def _error_messages(name: str, messages: list[str]) -> str:
+    """``ptr @NAME.error(i32 %code)``: the message of status ``code`` (null if unknown)."""
+    if not messages:
+        return f"define ptr @{name}.error(i32 %code) {{\n  ret ptr null\n}}\n"
+    lines = []
+    for i, text in enumerate(messages):
+        data = text.encode() + b"\0"
+        escaped = "".join(chr(c) if 32 <= c < 127 and c not in (34, 92) else f"\\{c:02X}" for c in data)
+        lines.append(f'@"{name}.msg.{i}" = private unnamed_addr constant [{len(data)} x i8] c"{escaped}"')
+    n = len(messages)
+    table = ", ".join(f'ptr @"{name}.msg.{i}"' for i in range(n))
+    lines.append(f'@"{name}.msgs" = private constant [{n} x ptr] [{table}]')
+    lines.append(f"""define ptr @{name}.error(i32 %code) {{
+entry:
+  %i = sub i32 %code, 1
+  %known = icmp ult i32 %i, {n}
+  br i1 %known, label %hit, label %miss
+hit:
+  %i64 = zext i32 %i to i64
+  %slot = getelementptr inbounds [{n} x ptr], ptr @"{name}.msgs", i64 0, i64 %i64
+  %msg = load ptr, ptr %slot, align 8
+  ret ptr %msg
+miss:
+  ret ptr null
+}}
+""")
+    return "\n".join(lines)
 
 
 def _timer(name: str) -> str:
     """``i64 @NAME.timer(ptr %args, i64 %n)``: nanoseconds for n back-to-back calls, so that
-    timing small kernels does not measure Python's call overhead."""
+    timing small kernels does not measure Python's call overhead; ``-status`` as soon as a
+    call fails."""
     return f"""declare i32 @clock_gettime(i32, ptr)
 define i64 @{name}.timer(ptr %args, i64 %n) {{
 entry:
@@ -874,11 +1074,18 @@ entry:
   %n0 = load i64, ptr %ns.p, align 8
   br label %loop
 loop:
-  %i = phi i64 [0, %entry], [%i.next, %loop]
-  call void @{name}(ptr %args)
+  %i = phi i64 [0, %entry], [%i.next, %next]
+  %status = call i32 @{name}(ptr %args)
+  %failed = icmp ne i32 %status, 0
+  br i1 %failed, label %fail, label %next
+next:
   %i.next = add i64 %i, 1
   %more = icmp slt i64 %i.next, %n
   br i1 %more, label %loop, label %done
+fail:
+  %s64 = zext i32 %status to i64
+  %neg = sub i64 0, %s64
+  ret i64 %neg
 done:
   %c1 = call i32 @clock_gettime(i32 1, ptr %ts)
   %s1 = load i64, ptr %ts, align 8

@@ -1,6 +1,6 @@
 """tune_networks end to end on tiny networks: the scheduler drives real search and
 measurement, the tuned network runs and matches numpy, a run resumes from its log; several
-networks share tasks; the command line."""
+networks share tasks (the command line: tests/autosched/test_cli.py)."""
 import warnings
 
 import numpy as np
@@ -102,18 +102,3 @@ def test_tune_networks_arguments():
         autosched.tune_networks(42, trials=4)
     with pytest.raises(ValueError, match="unknown network"):
         autosched.tune_networks("alexnet", trials=4)
-
-
-def test_command_line_tunes_a_network(monkeypatch, capsys, tmp_path, pools):
-    from autosched.cli import main
-    real = networks.tune_networks
-    monkeypatch.setattr(networks, "get_network", lambda name, batch=1, seed=0: tiny(seed, blocks=0))
-    monkeypatch.setattr(networks, "tune_networks", lambda *a, **k: real(*a, search_params=SMALL_SEARCH,
-                                                                        cost_model="random", **measuring(pools), **k))
-    rc = main(["tune", "--network", "resnet50", "--trials", "3", "--batch", "1",
-               "--log-file", str(tmp_path / "cli.jsonl")])
-    out = capsys.readouterr().out
-    assert rc == 0
-    assert "end-to-end" in out and "verified against numpy: OK" in out and "Estimated latency" in out
-    with pytest.raises(SystemExit, match="--network"):
-        main(["tune"])

@@ -372,3 +372,19 @@ def test_numpy_routine_of_transposed_operands_and_of_an_operator_numpy_lacks():
     np.testing.assert_allclose(ops.numpy_routine(w, inputs)(), w.reference(inputs)[0], rtol=1e-4, atol=1e-4)
     conv = ops.workload("conv2d", 1, 8, 8, 4, 8, 3, stride=1, padding=1, layout="NHWC")
     assert ops.numpy_routine(conv, conv.random_inputs(np.random.default_rng(0))) is None
+
+
+def test_numpy_integer_parameters_work_like_ints():
+    """Shapes computed with numpy: the same workload (same key), run against the reference."""
+    plain = ops.workload("conv2d", 1, 9, 9, 8, 16, 3, stride=2, padding=(1, 1), layout="NHWC")
+    numpy = ops.workload("conv2d", *np.array([1, 9, 9, 8, 16, 3]), stride=np.int64(2),
+                         padding=[np.int32(1), np.uint8(1)], layout="NHWC")
+    assert ir.ComputeDAG(numpy.tensors).workload_key() == ir.ComputeDAG(plain.tensors).workload_key()
+    assert repr(numpy) == repr(plain)
+    inputs = numpy.random_inputs(np.random.default_rng(0))
+    outputs = numpy.output_buffers()
+    ir.build(ir.ComputeDAG(numpy.tensors))(*inputs, *outputs)
+    np.testing.assert_allclose(outputs[0], numpy.reference(inputs)[0], rtol=1e-4, atol=1e-4)
+    x = ir.placeholder((2, 4, 4, 3), name="x")
+    assert ops.pad(x, np.int64(1)).shape == (4, 6, 6, 5)
+    assert ops.reshape(x, (np.int64(2), -1)).shape == (2, 48)
