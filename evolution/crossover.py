@@ -20,7 +20,7 @@ def _stage_names_along(sketch: ir.State) -> list[str]:
     names, state = [], ir.State.initial(sketch.dag)
     for step in sketch.steps:
         names.append(state.raw_stages[step.stage_id].name)
-        state = step.apply(state)
+        state = state.apply(step)
     return names
 
 

@@ -10,16 +10,12 @@ from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeR
 
 
 def replay(dag, steps: Sequence[Step]) -> ir.State | None:
-    """The program made by ``steps`` on the naive program of ``dag``; None if a step does
-    not apply (the edit made it invalid)."""
-    state = ir.State.initial(dag)
+    """``ir.State.from_steps(dag, steps)``, or None if a step does not apply (the edit
+    made the program invalid)."""
     try:
-        for step in steps:
-            state = step.apply(state)
-        state.stages  # settle the regions: an invalid attachment shows here
-    except (ir.InvalidStep, ValueError, KeyError, IndexError):
+        return ir.State.from_steps(dag, steps)
+    except ir.InvalidStep:
         return None
-    return state
 
 
 def with_step(state: ir.State, index: int, step: Step | None) -> ir.State | None:

@@ -206,10 +206,20 @@ def mutate(state: ir.State, rng: np.random.Generator, weights=None, random_walk_
            max_innermost: int = 64) -> ir.State | None:
     """One mutation, its kind drawn by ``weights``; ``random_walk_q`` switches tile size
     mutation to OpEvo's q-random walk."""
+    return mutate_by(draw_mutation(rng, weights), state, rng, random_walk_q, max_innermost)
+
+
+def draw_mutation(rng: np.random.Generator, weights=None) -> str:
+    """A kind of mutation ("tile_size", "auto_unroll", ...), drawn by ``weights``."""
     weights = weights or CPU_MUTATION_WEIGHTS
     kinds = list(weights)
     p = np.array([weights[k] for k in kinds], dtype=float)
-    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+    return kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+
+
+def mutate_by(kind: str, state: ir.State, rng: np.random.Generator, random_walk_q: float | None = None,
+              max_innermost: int = 64) -> ir.State | None:
+    """The mutation of this kind (see ``CPU_MUTATION_WEIGHTS``)."""
     if kind == "tile_size":
         if random_walk_q is not None:
             return mutate_tile_size_random_walk(state, rng, random_walk_q, max_innermost)

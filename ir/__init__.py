@@ -6,8 +6,9 @@ from .expr import (Expr, Var, IterVar, Const, Reduce, TensorRead, const, cast, s
 from .tensor import Tensor, Operation, PlaceholderOp, ComputeOp, placeholder, compute, reduce_axis
 from .simplify import simplify
 from .dag import ComputeDAG
-from .state import State, Stage, Iterator
-from .loops import InvalidStep
+from .state import State
+from .stage import Stage
+from .loops import InvalidStep, Iterator
 from . import steps
 from .steps import Step
 from .loop_ir import Buffer

@@ -7,10 +7,11 @@ duties: ``apply(state)`` (validate, then build the new State), ``record()`` / ``
 Checklist for adding a step:
 1. a frozen dataclass subclass of ``Step`` with a unique ``TAG``; its fields are ints,
    strings and tuples only (so records round-trip);
-2. ``apply``: validate with ``check(cond, message)`` (raises ``InvalidStep``), build the new
-   State with ``_finish(state, self)``; if it adds a stage, renumber with ``_insert_stage``;
-   if it changes a stage's loops, go through ``_loop_change`` so attached stages follow;
-3. a builder in ``BUILDERS`` (``state.NAME(...)`` taking names or indices);
+2. ``apply``: validate with ``check(cond, message)`` (raises ``InvalidStep``; anything else
+   it leaks, ``State.apply`` turns into ``InvalidStep`` too), build the new State with
+   ``_finish(state, self)``; if it adds a stage, renumber with ``_insert_stage``; if it
+   changes a stage's loops, go through ``_loop_change`` so attached stages follow;
+3. a builder method on ``State`` (``ir/state.py``: ``state.NAME(...)`` taking names or indices);
 4. a test that applies it, compiles the program and compares with numpy, and a
    record/replay round trip (tests/ir/test_steps.py).
 """
@@ -20,11 +21,16 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
+from typing import TYPE_CHECKING
+
 from . import expr as E
 from .bounds import scope_stages
-from .loops import InvalidStep, LoopTransform, check, position_map
-from .state import State, make_stage
+from .loops import LoopTransform, check, position_map
+from .stage import make_stage
 from .tensor import ComputeOp
+
+if TYPE_CHECKING:
+    from .state import State
 
 STEP_TYPES: dict[str, type] = {}
 
@@ -444,90 +450,5 @@ class RfactorStep(Step):
         return _finish(state, self)
 
 
-# builders: state.split(...), state.fuse(...), ... taking names or indices ---------------------
-
-def _ids(state: State, stage, it=None):
-    sid = state.stage_index(stage)
-    if it is None:
-        return sid
-    return sid, state.raw_stages[sid].iter_index(it)
-
-
-def _split(state, stage, it, lengths, inner_to_outer=True):
-    sid, iid = _ids(state, stage, it)
-    return SplitStep(sid, iid, tuple(lengths), bool(inner_to_outer)).apply(state)
-
-
-def _follow_split(state, stage, it, src_step_id, n_split):
-    sid, iid = _ids(state, stage, it)
-    return FollowSplitStep(sid, iid, src_step_id, n_split).apply(state)
-
-
-def _follow_fused_split(state, stage, it, src_step_ids, level, factor_or_nparts):
-    sid, iid = _ids(state, stage, it)
-    return FollowFusedSplitStep(sid, iid, tuple(src_step_ids), level, bool(factor_or_nparts)).apply(state)
-
-
-def _fuse(state, stage, iters):
-    sid = _ids(state, stage)
-    ids = tuple(state.raw_stages[sid].iter_index(i) for i in iters)
-    return FuseStep(sid, ids).apply(state)
-
-
-def _reorder(state, stage, order):
-    sid = _ids(state, stage)
-    st = state.raw_stages[sid]
-    ids = tuple(st.iter_index(i) for i in order)
-    return ReorderStep(sid, ids).apply(state)
-
-
-def _annotate(annotation):
-    def build(state, stage, it):
-        sid, iid = _ids(state, stage, it)
-        return AnnotationStep(sid, iid, annotation).apply(state)
-    return build
-
-
-def _pragma(state, stage, auto_unroll_max_step):
-    return PragmaStep(_ids(state, stage), int(auto_unroll_max_step)).apply(state)
-
-
-def _compute_at(state, stage, target, it):
-    sid = _ids(state, stage)
-    tid, iid = _ids(state, target, it)
-    return ComputeAtStep(sid, tid, iid).apply(state)
-
-
-def _cache_read(state, stage, scope, readers):
-    sid = _ids(state, stage)
-    return CacheReadStep(sid, scope, tuple(state.stage_index(r) for r in readers)).apply(state)
-
-
-def _rfactor(state, stage, it, factor_iter_id):
-    sid, iid = _ids(state, stage, it)
-    return RfactorStep(sid, iid, factor_iter_id).apply(state)
-
-
-BUILDERS = {
-    "split": _split,
-    "follow_split": _follow_split,
-    "follow_fused_split": _follow_fused_split,
-    "fuse": _fuse,
-    "reorder": _reorder,
-    "parallel": _annotate("parallel"),
-    "vectorize": _annotate("vectorize"),
-    "unroll": _annotate("unroll"),
-    "pragma_auto_unroll": _pragma,
-    "compute_at": _compute_at,
-    "compute_inline": lambda state, stage: ComputeInlineStep(_ids(state, stage)).apply(state),
-    "compute_root": lambda state, stage: ComputeRootStep(_ids(state, stage)).apply(state),
-    "cache_write": lambda state, stage, scope="local": CacheWriteStep(_ids(state, stage), scope).apply(state),
-    "cache_read": _cache_read,
-    "rfactor": _rfactor,
-}
-
-for _name, _builder in BUILDERS.items():
-    setattr(State, _name, _builder)
-
-__all__ = ["Step", "InvalidStep", "BUILDERS", "STEP_TYPES", "steps_to_json", "steps_from_json"] + \
+__all__ = ["Step", "STEP_TYPES", "steps_to_json", "steps_from_json"] + \
     [cls.__name__ for cls in STEP_TYPES.values()]

@@ -63,7 +63,7 @@ class FillTileSize(InitRule):
                 extent = current.stages[step.stage_id].iters[step.iter_id].extent
                 schemes = factorizations(extent, len(step.lengths), limit)
                 step = replace(step, lengths=schemes[int(rng.integers(len(schemes)))])
-            current = step.apply(current)
+            current = current.apply(step)
         return current
 
 
@@ -225,9 +225,12 @@ def cpu_init_rules() -> list[InitRule]:
 
 
 def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: np.random.Generator,
-                    init_rules=None, max_tries: int | None = None, target_kind: str = "cpu") -> list[ir.State]:
-    """Up to ``n`` unique random programs (unique by printed text): pick a sketch at
-    random, apply every init rule; samples a rule rejects are dropped."""
+                    init_rules=None, max_tries: int | None = None, target_kind: str = "cpu",
+                    on_error=None) -> list[ir.State]:
+    """Up to ``n`` unique random programs (unique by ``State.key``): pick a sketch at
+    random, apply every init rule; samples a rule rejects (``ir.InvalidStep``) are
+    dropped. ``on_error(what, exception)``: called for a sample that raised anything else,
+    which is then dropped too (without it, the exception propagates)."""
     if not sketches:
         raise ValueError("sample_programs: no sketches to sample from")
     ctx = SketchContext(task, target_kind)
@@ -238,10 +241,17 @@ def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: 
     while len(out) < n and tries < max_tries:
         tries += 1
         state = sketches[int(rng.integers(len(sketches)))]
+        rule = None
         try:
             for rule in rules:
                 state = rule.apply(ctx, state, rng)
+            key = state.key
         except ir.InvalidStep:
             continue
-        out.setdefault(str(state), state)
+        except Exception as err:  # noqa: BLE001 - reported, and the sample is dropped
+            if on_error is None:
+                raise
+            on_error(f"sampling {getattr(rule, 'name', 'init rule')}", err)
+            continue
+        out.setdefault(key, state)
     return list(out.values())

@@ -35,10 +35,11 @@ LOOP = textwrap.dedent('''
         states = [s0.split("C", "i", [f]).split("C", "j", [g]) for f in (2, 3, 4, 6) for g in (2, 4, 8)]
         return task, states
 
-    def measurer(log):
+    def measurer(path):
+        log = autosched.RecordToFile(path)
         return autosched.ProgramMeasurer(autosched.LocalBuilder(timeout=20, n_parallel=1),
                                          autosched.LocalRunner(timeout=20, min_repeat_ms=1, repeat=3),
-                                         log_file=log)
+                                         callbacks=[log], preloaded=log.read())
 
     if __name__ == "__main__":
         task, states = make()
@@ -220,5 +221,5 @@ def test_a_loop_killed_with_sigkill_resumes_from_its_log(tmp_path):
         m.close()
     after = read_records(log)
     assert after[:len(before)] == before  # nothing recorded before the kill is lost
-    assert sorted(r.program for r in after) == sorted(MeasureInput(task, s).program_key() for s in states)
+    assert sorted(r.program for r in after) == sorted(s.key for s in states)
     assert m.best_cost(task) == min(r.mean_cost for r in after)

@@ -4,6 +4,7 @@ import pytest
 
 import ir
 import sketch_rules as SR
+from sketch_rules import analysis
 from autosched import ops
 
 
@@ -209,7 +210,9 @@ def test_a_broadcast_operand_alone_is_not_data_reuse():
     bias = ir.placeholder((8,), name="bias", constant=True)
     out = ir.compute(conv.shape, lambda n, h, x, c: conv[n, h, x, c] + bias[c], name="bias_add")
     task = task_of([data, weight, bias, out])
-    assert not task.dag.has_data_reuse(out.op) and task.dag.has_data_reuse(conv.op)
+    init = task.dag.init_state()
+    assert not analysis.needs_multi_level_tiling(init, init.stage_index(out.op))
+    assert analysis.needs_multi_level_tiling(init, init.stage_index(conv.op))
     sketches = SR.generate_sketches(task)
     assert len(sketches) == 3
     assert all(not s["bias_add"].transforms or s["conv2d_nhwc"].compute_at == "iter" for s in sketches)
