@@ -198,7 +198,7 @@ def mutate_compute_location(state: ir.State, rng: np.random.Generator) -> ir.Sta
     return with_step(state, index, options[int(rng.integers(len(options)))])
 
 
-#: Ansor's CPU mutation weights (REFERENCE.md)
+#: Ansor's CPU mutation weights (TVM auto_scheduler's SketchPolicy defaults)
 CPU_MUTATION_WEIGHTS = {"tile_size": 0.90, "auto_unroll": 0.04, "compute_location": 0.05, "parallel": 0.01}
 
 

@@ -24,7 +24,7 @@ from .mutation import CPU_MUTATION_WEIGHTS
 
 @dataclass
 class SearchParams:
-    """Ansor's defaults (REFERENCE.md) and the options from the other papers."""
+    """Ansor's defaults (TVM auto_scheduler's SketchPolicy) and the options from the other papers."""
     population: int = 2048
     generations: int = 4
     mutation_prob: float = 0.85

@@ -7,80 +7,20 @@ was written.
 Regenerate the data only for an intended change of the search:
 ``PYTHONPATH=. python tests/autosched/test_same_programs.py --write``.
 """
-import hashlib
 import json
 import os
 import sys
-
-import numpy as np
 
 import autosched
 import ir
 from autosched import ops
 from autosched import graph as G
-from autosched.measure import BuildResult, MeasureResult
 from evolution import SearchParams
+from tests.autosched.stand_ins import StandInBuilder, StandInModel, StandInRunner
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "same_programs.json")
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
 PARAMS = SearchParams(population=48, generations=2, init_min_population=12, islands=1)
-
-
-def _digest(state) -> int:
-    return int(hashlib.sha1(str(state).encode()).hexdigest()[:12], 16)
-
-
-class StandInModel:
-    """Scores a program by a hash of its loop nest; ranks once it has seen 12 programs."""
-
-    def __init__(self):
-        self.seen = 0
-
-    @property
-    def can_rank(self) -> bool:
-        return self.seen >= 12
-
-    def predictor(self):
-        return self
-
-    def update(self, records) -> None:
-        self.seen += len(list(records))
-
-    def predict(self, task, states) -> np.ndarray:
-        return np.array([(_digest(s) % 10007) / 10007.0 for s in states])
-
-
-class StandInBuilder:
-    timeout = 15.0
-
-    def build(self, inputs):
-        return [BuildResult(b"", "stand-in") for _ in inputs]
-
-    def close(self):
-        pass
-
-
-class StandInRunner:
-    """Costs from a hash of the program (one in eleven fails); keeps what it was given."""
-    timeout = 10.0
-
-    def __init__(self):
-        self.proposed: list[str] = []
-
-    def run(self, inputs, builds, on_result=None, timeout=None):
-        out = []
-        for i, inp in enumerate(inputs):
-            h = _digest(inp.state)
-            self.proposed.append(hashlib.sha1(str(inp.state).encode()).hexdigest()[:16])
-            res = MeasureResult.failed(4, "stand-in failure") if h % 11 == 0 else \
-                MeasureResult((1e-3 * (1 + (h % 1000) / 100.0),), timestamp=0.0)
-            out.append(res)
-            if on_result is not None:
-                on_result(i, res)
-        return out
-
-    def close(self):
-        pass
 
 
 def _matmul_run(log: str, trials: int, seed: int) -> list[str]:
