@@ -87,8 +87,8 @@ class Evolution:
         fitness = np.maximum(fitness - min(0.0, float(fitness.min())), 0.0)
         probs = fitness / fitness.sum() if fitness.sum() > 0 else np.full(len(population), 1.0 / len(population))
         by_sketch: dict[int, list[int]] = {}
-        for i, s in enumerate(population):
-            k = sketch_length(s, self.sketches)
+        sketch_of = [sketch_length(s, self.sketches) for s in population]
+        for i, k in enumerate(sketch_of):
             if k is not None:
                 by_sketch.setdefault(k[0], []).append(i)
         out: dict[str, ir.State] = {}
@@ -99,10 +99,11 @@ class Evolution:
             i = int(self.rng.choice(n, p=probs))
             if self.rng.random() < p.mutation_prob:
                 kind = draw_mutation(self.rng, p.mutation_weights)
+                decisions_from = sketch_of[i][1] if sketch_of[i] is not None else len(population[i].steps)
                 child = self._guarded(f"mutation {kind}", mutate_by, kind, population[i], self.rng,
-                                      p.random_walk_q, max_innermost)
+                                      p.random_walk_q, max_innermost, decisions_from)
             else:
-                k = sketch_length(population[i], self.sketches)
+                k = sketch_of[i]
                 mates = by_sketch.get(k[0], []) if k is not None else []
                 if len(mates) < 2:
                     continue

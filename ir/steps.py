@@ -9,8 +9,9 @@ Checklist for adding a step:
    strings and tuples only (so records round-trip);
 2. ``apply``: validate with ``check(cond, message)`` (raises ``InvalidStep``; anything else
    it leaks, ``State.apply`` turns into ``InvalidStep`` too), build the new State with
-   ``_finish(state, self)``; if it adds a stage, renumber with ``_insert_stage``; if it
-   changes a stage's loops, go through ``_loop_change`` so attached stages follow;
+   ``_finish(state, self)``; if it adds a stage, say where and under what name in
+   ``added_stage`` and renumber with ``_insert_stage`` there; if it changes a stage's
+   loops, go through ``_loop_change`` so attached stages follow;
 3. a builder method on ``State`` (``ir/state.py``: ``state.NAME(...)`` taking names or indices);
 4. a test that applies it, compiles the program and compares with numpy, and a
    record/replay round trip (tests/ir/test_steps.py).
@@ -45,6 +46,12 @@ class Step:
 
     def apply(self, state: State) -> State:
         raise NotImplementedError
+
+    def added_stage(self) -> tuple[int, str] | None:
+        """For a step that adds a stage: (the index it goes to, the suffix of its name after
+        the name of stage ``stage_id``), so that stage ids can be followed through steps
+        without replaying them (``stage_names_along``); None for the others."""
+        return None
 
     def record(self) -> list:
         return [self.TAG] + [_to_json(getattr(self, f.name)) for f in _recorded(type(self))]
@@ -109,6 +116,20 @@ def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> S
             state = state.with_stage(child, replace(cst, attach=(stage_id, moved(cst.attach[1]))))
         state = replace(state, bounds_stale=True)
     return _finish(state, step)
+
+
+def stage_names_along(dag, steps) -> list[str | None]:
+    """The name of the stage each step names (its ``stage_id``) when it applies, from the
+    steps alone: stage ids shift as steps add stages (None for an id out of range)."""
+    names = [op.name for op in dag.ops]
+    out: list[str | None] = []
+    for step in steps:
+        sid = step.stage_id
+        out.append(names[sid] if 0 <= sid < len(names) else None)
+        added = step.added_stage()
+        if added is not None and out[-1] is not None:
+            names.insert(added[0], f"{out[-1]}.{added[1]}")
+    return out
 
 
 def _insert_stage(state: State, index: int, stage) -> State:
@@ -344,13 +365,16 @@ class CacheWriteStep(Step):
     def apply(self, state):
         st = _fresh_stage_check(state, self.stage_id, "cache_write")
         op = st.op
-        cache_op = ComputeOp(f"{op.name}.{self.scope}", op.shape, op.dtype, st.axes, st.body, op.tag, op.attrs)
+        cache_op = ComputeOp(f"{op.name}.{self.added_stage()[1]}", op.shape, op.dtype, st.axes, st.body, op.tag, op.attrs)
         copy_body = cache_op.output[tuple(st.axes)]
         new_main = replace(make_stage(op, body=copy_body, axes=st.axes, reduce_axes=()),
                            origin=st.origin, auto_unroll_max_step=st.auto_unroll_max_step)
         state = state.with_stage(self.stage_id, new_main)
-        state = _insert_stage(state, self.stage_id, make_stage(cache_op, origin="cache_write"))
+        state = _insert_stage(state, self.added_stage()[0], make_stage(cache_op, origin="cache_write"))
         return _finish(state, self)
+
+    def added_stage(self) -> tuple[int, str]:
+        return self.stage_id, self.scope
 
 
 @dataclass(frozen=True)
@@ -373,7 +397,7 @@ class CacheReadStep(Step):
                                 f"(its readers are {[state.stages[x].name for x in readers]})")
         tensor = st.op.output
         axes = tuple(E.IterVar(f"ax{d}", 0, n, "space") for d, n in enumerate(tensor.shape))
-        cache_op = ComputeOp(f"{st.name}.{self.scope}", tensor.shape, tensor.dtype, axes, tensor[axes],
+        cache_op = ComputeOp(f"{st.name}.{self.added_stage()[1]}", tensor.shape, tensor.dtype, axes, tensor[axes],
                              "cache_read", {})
         cache_tensor = cache_op.output
 
@@ -385,8 +409,11 @@ class CacheReadStep(Step):
         for r in self.reader_stage_ids:
             rs = state.stages[r]
             state = state.with_stage(r, replace(rs, body=E.transform(rs.body, redirect)))
-        state = _insert_stage(state, self.stage_id + 1, make_stage(cache_op, origin="cache_read"))
+        state = _insert_stage(state, self.added_stage()[0], make_stage(cache_op, origin="cache_read"))
         return _finish(state, self)
+
+    def added_stage(self) -> tuple[int, str]:
+        return self.stage_id + 1, self.scope
 
 
 @dataclass(frozen=True)
@@ -438,7 +465,7 @@ class RfactorStep(Step):
             rf_body = source if cond is None else E.Select(cond, source, body.identity())
         op = st.op
         rf_shape = tuple(a.extent for a in new_space)
-        rf_op = ComputeOp(f"{op.name}.rf", rf_shape, op.dtype, tuple(new_space), rf_body, op.tag, op.attrs)
+        rf_op = ComputeOp(f"{op.name}.{self.added_stage()[1]}", rf_shape, op.dtype, tuple(new_space), rf_body, op.tag, op.attrs)
         r = E.IterVar(f"{factor.name.replace('.', '_')}_v", 0, factor.extent, "reduce")
         idx = list(st.axes)
         idx.insert(self.factor_iter_id, r)
@@ -446,9 +473,12 @@ class RfactorStep(Step):
         new_main = replace(make_stage(op, body=main_body, axes=st.axes, reduce_axes=(r,)), origin=st.origin,
                            auto_unroll_max_step=st.auto_unroll_max_step)
         state = state.with_stage(self.stage_id, new_main)
-        state = _insert_stage(state, self.stage_id, make_stage(rf_op, origin="rfactor"))
+        state = _insert_stage(state, self.added_stage()[0], make_stage(rf_op, origin="rfactor"))
         return _finish(state, self)
 
+    def added_stage(self) -> tuple[int, str]:
+        return self.stage_id, "rf"
 
-__all__ = ["Step", "STEP_TYPES", "steps_to_json", "steps_from_json"] + \
+
+__all__ = ["Step", "STEP_TYPES", "steps_to_json", "steps_from_json", "stage_names_along"] + \
     [cls.__name__ for cls in STEP_TYPES.values()]
