@@ -320,7 +320,6 @@ class RecordToFile:
     def __init__(self, path):
         self.path = check_log_file(path)
         self._fd: int | None = None
-        self.written = 0
 
     def _open(self) -> int:
         if self._fd is None:
@@ -343,7 +342,6 @@ class RecordToFile:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        self.written += 1
 
     def flush(self) -> None:
         if self._fd is not None:
@@ -404,9 +402,6 @@ class HistoryBest:
                                if r.ok and target is not None and r.target != target}
         self.applied: list[str] = []
         self.fallbacks: list[str] = []
-
-    def query(self, dag) -> TuningRecord | None:
-        return self.best.get(dag.workload_key())
 
     def program(self, dag) -> tuple[ir.State, bool] | None:
         """(State, layout_rewrite) of the fastest record of ``dag``'s workload whose steps

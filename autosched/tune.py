@@ -35,6 +35,10 @@ class TuneResult:
     #: of the measurement time: seconds spent compiling and running programs (summed over workers)
     time_build: float = 0.0
     time_run: float = 0.0
+    #: measured programs that failed, by kind ("compile error", "wrong answer", ...)
+    measure_errors: dict = field(default_factory=dict)
+    #: candidates the search left out because making them raised, by kind (should be none)
+    search_rejected: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"TuneResult({self.task.desc or self.task.workload_key}: {self.gflops:.2f} GFLOPS, "
@@ -117,7 +121,8 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     kernel = ir.build(task.dag, state, layout_rewrite=task.layout_rewrite) if state is not None else None
     return TuneResult(task, state, kernel, cost, _gflops(flops, cost) if state is not None else 0.0,
                       scheduler.total_trials, history, seconds["search"], seconds["measure"], seconds["build"],
-                      seconds["run"])
+                      seconds["run"], {e.label: n for e, n in measurer.error_counts.items()},
+                      dict(policy.evolution.rejected.counts))
 
 
 def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measure_batch: int,

@@ -15,14 +15,10 @@ import numpy as np
 
 from . import dtype as dt
 
-ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
-COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
-LOGIC_OPS = ("and", "or")
 MATH_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "pow", "floor", "ceil")
 #: the math functions that cost many instructions (the rest are one each): a stage calling
 #: one is not inlined, and features count them as math
 TRANSCENDENTAL_FUNCS = frozenset(("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow"))
-REDUCERS = ("sum", "max", "min")
 
 
 class Expr:

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from . import expr as E
 from .expr import expr_str
 
-LOOP_KINDS = ("serial", "parallel", "vectorize", "unroll")
-
 
 class Buffer:
     """A block of ``prod(shape)`` elements. ``scope``: "arg" (a kernel argument), "global"

@@ -229,7 +229,7 @@ def apply(loops: Loops, t: LoopTransform) -> Loops:
     return annotate(loops, *t.args)
 
 
-def position_map(t: LoopTransform, n_iters: int):
+def position_map(t: LoopTransform):
     """Where each old iterator position goes (a split iterator maps to its innermost part,
     fused ones to the fused iterator)."""
     if t.kind == "split":

@@ -110,7 +110,7 @@ def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> S
     new = st.with_transform(t)
     state = state.with_stage(stage_id, new)
     if t.kind != "annotate":
-        moved = position_map(t, len(st.iters))
+        moved = position_map(t)
         for child in state.attached_to(stage_id):
             cst = state.raw_stages[child]
             state = state.with_stage(child, replace(cst, attach=(stage_id, moved(cst.attach[1]))))

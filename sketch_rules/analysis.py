@@ -76,10 +76,6 @@ def has_cache_write_stage(state: ir.State, stage_id: int) -> bool:
     return state.stages[stage_id].origin == "cache_write"
 
 
-def has_rfactor_stage(state: ir.State, stage_id: int) -> bool:
-    return stage_id > 0 and state.stages[stage_id - 1].origin == "rfactor"
-
-
 def space_and_reduce_length(state: ir.State, stage_id: int) -> tuple[int, int]:
     space = reduce = 1
     for it in state.stages[stage_id].iters:
