@@ -43,22 +43,24 @@ class Fault:
     def __repr__(self) -> str:
         return f"Fault({self.kind!r})"
 
-    def build(self, state) -> None:
-        if self.kind == "build:segfault":
+    def _misbehave(self, where: str) -> None:
+        """Crash, hang or raise here if the fault is of this place ("build" or "run")."""
+        place, what = self.kind.split(":")[:2]
+        if place != where:
+            return
+        if what == "segfault":
             _segfault()
-        elif self.kind == "build:hang":
+        elif what == "hang":
             _hang()
-        elif self.kind == "build:error":
-            raise RuntimeError("injected build error")
+        elif what == "error":
+            raise RuntimeError(f"injected {'build' if where == 'build' else 'runtime'} error")
+
+    def build(self, state) -> None:
+        self._misbehave("build")
 
     def call(self, kernel, args, outputs) -> None:
-        if self.kind == "run:segfault":
-            _segfault()
-        elif self.kind == "run:hang":
-            _hang()
-        elif self.kind == "run:error":
-            raise RuntimeError("injected runtime error")
-        elif self.kind.startswith("run:allocate:"):
+        self._misbehave("run")
+        if self.kind.startswith("run:allocate:"):
             need = np.ones(int(self.kind.split(":")[2]) // 8)  # touched, not only reserved
             need[-1] = 0
         kernel(*args)

@@ -1,20 +1,13 @@
 """The analyses the derivation rules ask of a (state, stage): inlinable, data reuse, a
 fusible consumer, rfactor."""
 import ir
+from autosched import ops
 from sketch_rules import analysis as A
 
 
-def matmul_relu(n=8, m=6, k=5):
-    X = ir.placeholder((n, k), name="X")
-    W = ir.placeholder((k, m), name="W", constant=True)
-    r = ir.reduce_axis(k, name="r")
-    C = ir.compute((n, m), lambda i, j: ir.sum(X[i, r] * W[r, j], axis=r), name="C")
-    D = ir.compute((n, m), lambda i, j: ir.max(C[i, j], 0.0), name="D")
-    return ir.ComputeDAG([X, W, D]).init_state()
-
-
 def test_predicates_of_matmul_relu():
-    s = matmul_relu()
+    x, w = ir.placeholder((8, 5), name="X"), ir.placeholder((5, 6), name="W", constant=True)
+    s = ir.ComputeDAG([x, w, ops.relu(ops.matmul(x, w, name="C"), name="D")]).init_state()
     c, d = s.stage_index("C"), s.stage_index("D")
     assert A.needs_multi_level_tiling(s, c) and not A.needs_multi_level_tiling(s, d)
     assert A.is_strict_inlinable(s, d) and not A.is_strict_inlinable(s, c)
