@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 import warnings
 from collections.abc import Iterable, Mapping
-import math
 from dataclasses import asdict, dataclass
 
 import ir
+from ir.build import build_with
 
 from .measure.common import HasCosts, MeasureInput, MeasureResult
 
@@ -446,10 +447,8 @@ def apply_history_best(source, target: str | None = None):
 
     ``target``: only records of this target count (default: this host's, ``ir.host_target()``;
     ``"any"``: all). Yields the ``HistoryBest`` (``.best``, ``.applied``, ``.fallbacks``)."""
-    from ir.build import build_with
     if target is None:
-        from ir.task import host_target
-        target = host_target()
+        target = ir.host_target()
     history = HistoryBest(source, None if target == "any" else target)
     with build_with(history):
         yield history

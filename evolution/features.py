@@ -63,6 +63,7 @@ import numpy as np
 from ir import dtype as dt
 from ir import expr as E
 from ir.loop_ir import Allocate, For, IfThenElse, Load, Pragma, Seq, Store, nest_trips
+from ir.lower import Lowering
 
 # ------------------------------------------------------------------------------------------
 # The layout: one (name, description) per column, in order.
@@ -818,7 +819,6 @@ def _lowering(state, layout_rewrite: bool, simplify: bool):
     """ir's lowering of ``state``; without ``simplify`` the final simplification of index
     and value expressions is skipped (3-4x faster): the features normalise affine forms
     themselves, and only op counts of index arithmetic differ."""
-    from ir.lower import Lowering
     lowering = Lowering(state, layout_rewrite)
     if not simplify:
         lowering.simplify = _identity
