@@ -166,22 +166,31 @@ def test_mutations_and_crossover_never_raise(name):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("name", ops.suite_names() + ["dense_bias_relu"])
+@pytest.mark.parametrize("name", WORKLOADS + ["dense_bias_relu"])
 def test_mutations_and_crossover_never_raise_long(name):
     task = dense_bias_relu() if name == "dense_bias_relu" else suite_task(name)
-    for seed in range(3):
-        _evolution_steps(task, 1500, seed=seed)
+    assert _evolution_steps(task, 3000, seed=1) > 300
+
+
+def _search_rounds(task, rounds: int, population: int, generations: int) -> None:
+    model = StandInModel()
+    policy = SketchPolicy(task, model, SearchParams(population=population, generations=generations,
+                                                    init_min_population=12, islands=1), seed=0)
+    for _ in range(rounds):
+        batch = policy.next_batch(8)
+        assert batch and policy.stats["rejected"] == {}
+        policy.update(batch, [1e-3 * (1 + i) for i in range(len(batch))])
 
 
 @pytest.mark.parametrize("name", ["CBR-1x28x28x128x256-k1s2p0", "NRM-1x256x256", "dense_bias_relu"])
 def test_search_rounds_reject_nothing(name):
     """Whole rounds of the policy (sampling, evolution, picking) under a stand-in model:
     no candidate is lost to an exception."""
-    task = dense_bias_relu() if name == "dense_bias_relu" else suite_task(name)
-    model = StandInModel()
-    policy = SketchPolicy(task, model, SearchParams(population=48, generations=2, init_min_population=12,
-                                                    islands=1), seed=0)
-    for _ in range(4):
-        batch = policy.next_batch(8)
-        assert batch and policy.stats["rejected"] == {}
-        policy.update(batch, [1e-3 * (1 + i) for i in range(len(batch))])
+    _search_rounds(dense_bias_relu() if name == "dense_bias_relu" else suite_task(name), 4, 48, 2)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", WORKLOADS + ["dense_bias_relu"])
+def test_search_rounds_reject_nothing_long(name):
+    """Thousands of evolution steps a workload (8 rounds of 3 generations of 128)."""
+    _search_rounds(dense_bias_relu() if name == "dense_bias_relu" else suite_task(name), 8, 128, 3)
