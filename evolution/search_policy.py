@@ -1,6 +1,7 @@
 """The search policy of one task (Ansor 5): each round, sample fresh programs, add the best
-measured ones, evolve them under the cost model, and pick the batch to measure (best
-predicted, plus an epsilon share of random programs for exploration).
+measured ones, evolve them under the cost model (``evolve.Evolution``, here or in islands),
+and pick the batch to measure (best predicted, plus an epsilon share of random programs
+for exploration).
 
 Measurement is not done here (the dependency rule keeps it in ``autosched``): the caller
 asks ``next_batch`` for programs, measures them, and reports with ``update``.
@@ -51,7 +52,9 @@ class SearchParams:
 
 class SketchPolicy:
     """Evolutionary search for one task. ``next_batch(n)`` proposes programs never measured
-    before; ``update(states, costs)`` records measurements and retrains the cost model.
+    before; ``update(states, costs)`` records measurements and retrains the cost model;
+    ``remember(states, costs)`` takes in programs measured before (a resumed log) and
+    leaves the training to the caller, who trains once for many tasks.
     ``executor`` (a ``concurrent.futures.Executor`` of processes): evolve in
     ``params.islands`` islands there (see ``evolution.islands``)."""
 
