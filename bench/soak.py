@@ -85,8 +85,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     names = args.workloads or WORKLOADS
     if args.smoke:
-        args.trials, args.batch, args.population, args.generations = 8, 4, 32, 1
-        names = ["GMM-1x128x128x128", "CBR-1x28x28x128x256-k1s2p0"]
+        args.trials, args.batch, args.population, args.generations = 6, 3, 32, 1
+        names = ["GMM-1x128x128x128"]
     table = common.Table(["workload", "trials", "best GFLOPS", "measurement errors", "search rejected",
                           "kernel", "seconds"])
     rows, failed = [], False
