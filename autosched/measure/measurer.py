@@ -96,7 +96,7 @@ class ProgramMeasurer:
         self.error_counts: collections.Counter = collections.Counter()   # MeasureErrorNo -> count
         self._messages: collections.Counter = collections.Counter()      # (error_no, first line) -> count
         self.n_measured = 0          # programs measured in this session
-        self.n_loaded = 0            # records loaded from logs
+        self.n_loaded = 0            # results preloaded (earlier measurements)
         self.consecutive_errors = 0
         self._workloads: dict[tuple[str, str], _Workload] = {}
         self.load(preloaded)
