@@ -4,9 +4,8 @@ Networks are partitioned into subgraph tasks (``autosched.graph``); the tasks of
 networks are deduplicated by workload key; one ``ProgramMeasurer`` (one log for all tasks),
 one cost model shared by all tasks and one ``SketchPolicy`` per task (seed + task index)
 are handed to the ``task_scheduler.TaskScheduler``, which decides which task gets each
-round. A run resumes from its log like single-task tuning: programs in the log are not
-measured again, the cost model learns from them, and the scheduler starts from the
-latencies they reached.
+round; the loop is ``tune.tune_tasks``, the same as single-task tuning's, and so is
+resuming from the log (``records.resume``).
 """
 from __future__ import annotations
 
@@ -20,9 +19,9 @@ from evolution import SearchParams, SketchPolicy
 from task_scheduler import PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
-from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
-from .records import programs_of, read_records
-from .tune import make_cost_model, search_workers
+from .measure import LocalBuilder, LocalRunner
+from .records import RecordToFile
+from .tune import make_cost_model, search_workers, tune_tasks
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -73,50 +72,14 @@ class NetworkTuneResult:
         return f"NetworkTuneResult({len(self.tasks)} tasks, {self.trials} trials; estimated {est})"
 
 
-class _CollectUpdates:
-    """Stands in for the shared cost model while logs are replayed into the policies, so
-    that the model is trained once on everything instead of once per task."""
-
-    def __init__(self):
-        self.records = []
-
-    def update(self, records) -> None:
-        self.records.extend(records)
-
-
-def _resume(tasks, policies, model, log_file) -> list[int]:
-    """Programs of each task in the log: known to its policy (never proposed again) and
-    learnt by the shared model. Returns how many records each task has."""
-    counts = [0] * len(tasks)
-    if not log_file:
-        return counts
-    try:
-        records = read_records(log_file)
-    except FileNotFoundError:
-        return counts
-    by_key: dict[str, list] = {}
-    for rec in records:
-        by_key.setdefault(rec.workload_key, []).append(rec)
-    collector = _CollectUpdates()
-    for i, (task, policy) in enumerate(zip(tasks, policies)):
-        states, costs = programs_of(by_key.get(task.workload_key, []), task)
-        counts[i] = len(states)
-        if states:
-            real, policy.model = policy.model, collector
-            try:
-                policy.update(states, costs)
-            finally:
-                policy.model = real
-    if collector.records:
-        model.update(collector.records)
-    return counts
-
-
 class _NoPrograms:
     """The policy of a task whose search space could not be built: proposes nothing, so
     the scheduler retires the task at its first round (it runs a default schedule)."""
 
     def next_batch(self, n):
+        return []
+
+    def remember(self, states, costs):
         return []
 
     def update(self, states, costs):
@@ -154,6 +117,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     objective has not improved for that many trials; ``early_stopping_per_task``: retire a
     task after that many trials without improvement. Deterministic for a ``seed`` given the
     same measurements."""
+    log = RecordToFile(log_file) if log_file else None
     nets = networks if isinstance(networks, (list, tuple)) else [networks]
     parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks) for n in nets]
     if not parts:
@@ -187,18 +151,14 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                               eps_greedy=eps_greedy, early_stopping_per_task=early_stopping_per_task, seed=seed,
                               callbacks=cbs, latency_requirements=latency_requirements,
                               reference_latencies=reference_latencies, patience=patience)
-    measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), log_file=log_file)
     try:
-        counts = _resume(tasks, policies, model, log_file)
-        for i, (task, n) in enumerate(zip(tasks, counts)):
-            scheduler.restore(i, measurer.best_cost(task), n, measure_batch)
-        scheduler.tune(policies, measurer, trials, measure_batch, early_stopping)
-        best_states = {t.workload_key: measurer.best_state(t) for t in tasks}
-        best_costs = [float(measurer.best_cost(t)) for t in tasks]
+        measurer = tune_tasks(scheduler, policies, model, trials=trials, measure_batch=measure_batch,
+                              early_stopping=early_stopping, log=log, builder=builder, runner=runner)
     finally:
-        measurer.close()
         if search_pool is not None:
             search_pool.shutdown()
+    best_states = {t.workload_key: measurer.best_state(t) for t in tasks}
+    best_costs = [float(measurer.best_cost(t)) for t in tasks]
     best_states = {k: v for k, v in best_states.items() if v is not None}
     return NetworkTuneResult(parts, tasks, weights, best_costs, best_states, scheduler, scheduler.total_trials,
                              list(scheduler.curve))

@@ -12,11 +12,17 @@ it), the measurement (costs in seconds, error code and message, times) and a tim
 Lines starting with ``#`` are comments. A run killed mid-write leaves a truncated last
 line: reading skips it with a warning. ``RecordToFile`` writes each record with a single
 ``write`` as soon as it is measured, and ``fsync``s after every batch.
+
+This module is a tuning's history: the log (reading, appending, distilling), resuming a
+tuning from it (``resume``) and re-applying its best programs (``apply_history_best``). It
+sits above measurement: the measurer hands it results through a callback (``RecordToFile``)
+and takes earlier ones as preloaded records; it never imports this module.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 import warnings
@@ -24,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import ir
+from ir.build import build_with
 
 from .measure.common import HasCosts, MeasureInput, MeasureResult
 
@@ -57,16 +64,13 @@ class TuningRecord(HasCosts):
     repeats: int = 0
     saved_repeats: int = 0
 
-    def state(self, dag):
-        """The recorded program, replayed on ``dag`` (which must be the recorded workload)."""
-        from ir.steps import Step
+    def state(self, dag) -> ir.State:
+        """The recorded program, replayed on ``dag`` (which must be the recorded workload);
+        raises ``ir.InvalidStep`` if its steps do not replay."""
         key = dag.workload_key()
         if key != self.workload_key:
             raise ValueError(f"the record is of workload {self.workload_key}, the DAG given is {key}")
-        state = dag.init_state()
-        for rec in self.steps:
-            state = Step.from_record(rec).apply(state)
-        return state
+        return ir.State.from_steps(dag, self.steps)
 
     def result(self) -> MeasureResult:
         return MeasureResult(tuple(self.costs), self.error_no, self.error_msg, self.all_cost, self.timestamp,
@@ -87,12 +91,26 @@ class TuningRecord(HasCosts):
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "TuningRecord":
+        """The record of a parsed line; ``ValueError`` saying why for anything that is not a
+        well-formed record (not an object, malformed steps, a valid result without a finite
+        positive cost)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"the line is a JSON {type(d).__name__}, not a record object")
         version = d.get("v")
         if version != RECORD_VERSION:
             raise ValueError(f"record format version {version!r}; this autosched reads version {RECORD_VERSION}")
         try:
-            return cls(workload_key=str(d["workload_key"]), target=str(d["target"]), steps=_tuples(d["steps"]),
-                       costs=tuple(float(c) for c in d["costs"]), error_no=int(d["error_no"]),
+            steps, costs = d["steps"], d["costs"]
+            if not isinstance(steps, list) or not all(isinstance(s, list) and s and isinstance(s[0], str)
+                                                      for s in steps):
+                raise ValueError(f"its steps are not a list of step records: {str(steps)[:80]}")
+            if not isinstance(costs, list) or not costs:
+                raise ValueError(f"its costs are not a list of seconds: {str(costs)[:80]}")
+            costs = tuple(float(c) for c in costs)
+            if int(d["error_no"]) == 0 and not all(math.isfinite(c) and c > 0 for c in costs):
+                raise ValueError(f"a valid result with costs {list(costs)}: seconds must be finite and positive")
+            return cls(workload_key=str(d["workload_key"]), target=str(d["target"]), steps=_tuples(steps),
+                       costs=costs, error_no=int(d["error_no"]),
                        error_msg=str(d.get("error_msg", "")), all_cost=float(d.get("all_cost", 0.0)),
                        timestamp=float(d.get("timestamp", 0.0)), desc=str(d.get("desc", "")),
                        layout_rewrite=bool(d.get("layout_rewrite", False)), program=str(d.get("program", "")),
@@ -101,6 +119,8 @@ class TuningRecord(HasCosts):
                        saved_repeats=int(d.get("saved_repeats", 0)))
         except KeyError as err:
             raise ValueError(f"the record has no {err.args[0]!r} field") from None
+        except TypeError as err:
+            raise ValueError(f"a field has the wrong type: {err}") from None
 
     @classmethod
     def from_json(cls, line: str) -> "TuningRecord":
@@ -113,7 +133,7 @@ class TuningRecord(HasCosts):
         return cls(workload_key=task.workload_key, target=str(task.target), steps=_tuples(inp.step_records()),
                    costs=tuple(float(c) for c in res.costs), error_no=int(res.error_no), error_msg=res.error_msg,
                    all_cost=float(res.all_cost), timestamp=float(res.timestamp), desc=str(getattr(task, "desc", "")),
-                   layout_rewrite=bool(task.layout_rewrite), program=inp.program_key(),
+                   layout_rewrite=bool(task.layout_rewrite), program=inp.key,
                    hardware=asdict(hardware) if hardware is not None else None,
                    build_time=float(res.build_time), run_time=float(res.run_time), repeats=int(res.repeats),
                    saved_repeats=int(res.saved_repeats))
@@ -130,9 +150,9 @@ def _lists(v):
 # reading -------------------------------------------------------------------------------
 
 def read_records(path) -> list[TuningRecord]:
-    """Every record of a file, in file order. Comments and blank lines are skipped; a
-    truncated last line (a run killed mid-write) is skipped with a warning, as are other
-    unreadable lines and lines of a newer format (one warning per file says which)."""
+    """Every record of a file, in file order. Comments and blank lines are skipped; so is,
+    with one warning each, every line that is not a record this version reads: a truncated
+    last line (a run killed while writing), a newer format's line, anything else."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         data = f.read()
@@ -140,23 +160,18 @@ def read_records(path) -> list[TuningRecord]:
     lines = text.split("\n")
     complete = text.endswith("\n") or text == ""
     records: list[TuningRecord] = []
-    bad: list[str] = []
     for number, line in enumerate(lines, 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        last = number == len(lines)
         try:
             records.append(TuningRecord.from_json(stripped))
-        except (ValueError, TypeError) as err:
-            if last and not complete:
-                warnings.warn(f"autosched: {path}: the last line is truncated (a run killed while writing?); "
-                              f"skipped it ({len(line)} characters)", RuntimeWarning, stacklevel=3)
+        except ValueError as err:  # json's errors are ValueErrors too
+            if number == len(lines) and not complete:
+                why = f"the last line is truncated (a run killed while writing?), {len(line)} characters"
             else:
-                bad.append(f"line {number}: {str(err)[:120]}")
-    if bad:
-        warnings.warn(f"autosched: {path}: skipped {len(bad)} unreadable record line(s): " + "; ".join(bad[:5])
-                      + (" ..." if len(bad) > 5 else ""), RuntimeWarning, stacklevel=3)
+                why = f"line {number} is not a record ({str(err)[:160]})"
+            warnings.warn(f"autosched: {path}: {why}; skipped it", RuntimeWarning, stacklevel=2)
     return records
 
 
@@ -183,8 +198,21 @@ def load_records(source) -> dict[str, list[TuningRecord]]:
     return by_key
 
 
-def _by_cost(records: Iterable[TuningRecord]) -> list[TuningRecord]:
-    return sorted((r for r in records if r.ok), key=lambda r: r.mean_cost)
+def _ranked(records: Iterable[TuningRecord], target: str | None) -> dict[str, list[TuningRecord]]:
+    """The successful records of each workload, fastest first, of ``target`` only when one
+    is given; a program measured more than once counts once (its best measurement)."""
+    out: dict[str, list[TuningRecord]] = {}
+    for key, recs in load_records(records).items():
+        seen, ranked = set(), []
+        for r in sorted((r for r in recs if r.ok and (target is None or r.target == target)),
+                        key=lambda r: r.mean_cost):
+            ident = (r.target, r.program or json.dumps(_lists(r.steps)))
+            if ident not in seen:
+                seen.add(ident)
+                ranked.append(r)
+        if ranked:
+            out[key] = ranked
+    return out
 
 
 def best_records(source, target: str | None = None, top: int = 1) -> dict[str, list[TuningRecord]]:
@@ -193,20 +221,7 @@ def best_records(source, target: str | None = None, top: int = 1) -> dict[str, l
     once (their best measurement)."""
     if top < 1:
         raise ValueError(f"top must be >= 1, got {top}")
-    out: dict[str, list[TuningRecord]] = {}
-    for key, recs in load_records(_iter_records(source)).items():
-        seen, best = set(), []
-        for r in _by_cost(r for r in recs if target is None or r.target == target):
-            ident = (r.target, r.program or json.dumps(_lists(r.steps)))
-            if ident in seen:
-                continue
-            seen.add(ident)
-            best.append(r)
-            if len(best) == top:
-                break
-        if best:
-            out[key] = best
-    return out
+    return {key: recs[:top] for key, recs in _ranked(_iter_records(source), target).items()}
 
 
 def best_record(source, workload, target: str | None = None) -> TuningRecord | None:
@@ -219,8 +234,9 @@ def best_record(source, workload, target: str | None = None) -> TuningRecord | N
 # writing -------------------------------------------------------------------------------
 
 def save_records(path, records: Iterable[TuningRecord], header: str = "") -> int:
-    """Write records to a new file (replacing it atomically); returns how many."""
-    path = os.fspath(path)
+    """Write records to a new file (replacing it atomically, if it is a tuning log: any
+    other file is refused, see ``check_log_file``); returns how many."""
+    path = check_log_file(path)
     tmp = f"{path}.tmp{os.getpid()}"
     n = 0
     with open(tmp, "w") as f:
@@ -246,22 +262,76 @@ def distill_records(src, dst, top: int = 1, target: str | None = None) -> int:
     return save_records(dst, kept, header)
 
 
+#: how every line this module writes begins (what tells our own truncated line from a
+#: line someone else wrote)
+_RECORD_PREFIX = b'{"v":'
+
+
+def is_tuning_log(path) -> bool:
+    """Whether ``path`` is a file this module may append to: missing, empty, or a file whose
+    first non-blank line is a ``#`` comment or a record (any version of the format)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return True
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    for line in head.split(b"\n"):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith(b"#"):
+            return True
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return line.startswith(_RECORD_PREFIX)  # a first record cut by a kill
+        return isinstance(obj, dict) and "v" in obj and "workload_key" in obj
+    return True
+
+
+class NotATuningLog(ValueError):
+    """A file given as a tuning log is something else: autosched refuses to write to it."""
+
+
+def check_log_file(path) -> str:
+    """``path`` as a string, if autosched may append tuning records to it: it must be a
+    tuning log (see ``is_tuning_log``) that this process can write. Raises
+    ``NotATuningLog`` or ``OSError`` saying why, before anything is measured."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise NotATuningLog(f"the tuning log {path!r} is a directory; expected a file path")
+    if not is_tuning_log(path):
+        raise NotATuningLog(f"{path!r} is not a tuning log (its first line is neither a record nor a '#' comment); "
+                            "autosched does not write to files it did not write: give a new or empty file")
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as err:
+        raise OSError(err.errno, f"cannot append to the tuning log {path!r}: {err.strerror}") from None
+    return path
+
+
 class RecordToFile:
-    """A measure callback that appends each measured program to a log file as soon as it
-    is measured (one ``write`` per line; ``flush()``, called after each batch, fsyncs). A
-    truncated last line left by a killed run is cut before appending, so that the log
-    stays one record a line."""
+    """A measure callback that appends each measured program to a tuning log as soon as it
+    is measured (one ``write`` per line; ``flush()``, called after each batch, fsyncs).
+    The file is checked when the object is made (``check_log_file``): a file that is not a
+    tuning log, or that cannot be written, fails then, before anything is measured. A last
+    line without its newline gets one before appending (a truncated record of ours, left by
+    a killed run, is cut instead: a record is one line)."""
 
     def __init__(self, path):
-        self.path = os.fspath(path)
+        self.path = check_log_file(path)
         self._fd: int | None = None
-        self.written = 0
 
     def _open(self) -> int:
         if self._fd is None:
-            _repair_tail(self.path)
+            _terminate_last_line(self.path)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self._fd
+
+    def read(self) -> list[TuningRecord]:
+        """The records in the log now (``read_records``): what a measurer is preloaded
+        with to resume."""
+        return read_records(self.path)
 
     def __call__(self, inp: MeasureInput, res: MeasureResult) -> None:
         self.write(TuningRecord.from_measure(inp, res))
@@ -273,7 +343,6 @@ class RecordToFile:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        self.written += 1
 
     def flush(self) -> None:
         if self._fd is not None:
@@ -290,9 +359,10 @@ class RecordToFile:
             self.close()
 
 
-def _repair_tail(path: str) -> None:
-    """Cut an unterminated, unreadable last line (a run killed mid-write); terminate a
-    readable one."""
+def _terminate_last_line(path: str) -> None:
+    """End the file with a newline before appending: a last line without one is kept and
+    terminated (a record, a comment, a user's note), except a truncated record of ours (it
+    starts like our lines and does not parse), which is cut with a warning."""
     try:
         size = os.path.getsize(path)
     except OSError:
@@ -305,44 +375,55 @@ def _repair_tail(path: str) -> None:
         if tail.endswith(b"\n"):
             return
         cut = tail.rfind(b"\n") + 1
-        last = tail[cut:].decode("utf-8", errors="replace")
-        try:
-            TuningRecord.from_json(last)
-            f.write(b"\n")
-        except (ValueError, TypeError):
-            warnings.warn(f"autosched: {path}: cut a truncated last line (a run killed while writing?) "
-                          "before appending", RuntimeWarning, stacklevel=4)
-            f.truncate(size - len(tail) + cut)
+        last = tail[cut:]
+        if last.lstrip().startswith(_RECORD_PREFIX):
+            try:
+                json.loads(last)
+            except ValueError:
+                warnings.warn(f"autosched: {path}: cut a truncated record at the end (a run killed while "
+                              "writing?) before appending", RuntimeWarning, stacklevel=4)
+                f.truncate(size - len(tail) + cut)
+                return
+        f.write(b"\n")
 
 
 # re-applying the best programs -----------------------------------------------------------
 
 class HistoryBest:
-    """The best record of each workload, answering ``ir.build`` (see ``apply_history_best``)."""
+    """The best records of each workload, answering ``ir.build`` (see ``apply_history_best``):
+    ``best`` maps a workload key to its fastest record; ``program(dag)`` gives the fastest
+    one that replays."""
 
     def __init__(self, source, target: str | None):
         self.target = target
         records = _iter_records(source)
-        self.best = {k: v[0] for k, v in best_records(records, target).items()}
+        self._ranked = _ranked(records, target)
+        self.best = {k: v[0] for k, v in self._ranked.items()}
         self._other_targets = {r.workload_key: r.target for r in records
                                if r.ok and target is not None and r.target != target}
         self.applied: list[str] = []
         self.fallbacks: list[str] = []
 
-    def query(self, dag) -> TuningRecord | None:
-        return self.best.get(dag.workload_key())
+    def program(self, dag) -> tuple[ir.State, bool] | None:
+        """(State, layout_rewrite) of the fastest record of ``dag``'s workload whose steps
+        replay on it (faster ones that do not are skipped with a warning each), or None."""
+        for rec in self._ranked.get(dag.workload_key(), ()):
+            try:
+                return rec.state(dag), rec.layout_rewrite
+            except ir.InvalidStep as err:
+                warnings.warn(f"autosched: a record of workload {rec.workload_key} ({1e3 * rec.mean_cost:.4f} ms) "
+                              f"does not replay on its DAG and is skipped: {err}", RuntimeWarning, stacklevel=3)
+        return None
 
     def __call__(self, dag):
         key = dag.workload_key()
-        rec = self.best.get(key)
-        if rec is not None:
-            try:
-                state = rec.state(dag)
-            except Exception as err:
-                self._fallback(dag, key, f"its best record does not replay on this DAG ({type(err).__name__}: {err})")
+        if key in self._ranked:
+            got = self.program(dag)
+            if got is None:
+                self._fallback(dag, key, "none of its records replays on this DAG")
                 return None
             self.applied.append(key)
-            return state, rec.layout_rewrite
+            return got
         why = "no tuning record"
         if key in self._other_targets:
             why += f" for target {self.target!r} (there are records for {self._other_targets[key]!r})"
@@ -366,26 +447,41 @@ def apply_history_best(source, target: str | None = None):
 
     ``target``: only records of this target count (default: this host's, ``ir.host_target()``;
     ``"any"``: all). Yields the ``HistoryBest`` (``.best``, ``.applied``, ``.fallbacks``)."""
-    from ir.build import build_with
     if target is None:
-        from ir.task import host_target
-        target = host_target()
+        target = ir.host_target()
     history = HistoryBest(source, None if target == "any" else target)
     with build_with(history):
         yield history
 
 
-def programs_of(records: Iterable[TuningRecord], task) -> tuple[list, list]:
-    """The programs of ``task`` in ``records``, replayed on its DAG, and their costs (None
-    for a failed measurement); records that no longer replay are skipped."""
-    states, costs = [], []
+# resuming a tuning ------------------------------------------------------------------------
+
+def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) -> list[int]:
+    """Continue a tuning of ``tasks`` from ``records`` (earlier measurements, e.g. a log's
+    ``read_records``): for each task, the records of its workload that replay on its DAG
+    are preloaded into the ``measurer`` (not measured again; their best is the best so
+    far), remembered by the task's policy (``policies[i].remember``: never proposed again)
+    and learned by the shared cost ``model`` in one update for all tasks. Records that do
+    not replay (an edited log, an older version's steps) are skipped with a warning each.
+    Returns how many records each task has."""
+    by_key: dict[str, list[TuningRecord]] = {}
     for rec in records:
-        if rec.workload_key != task.workload_key:
-            continue
-        try:
-            state = rec.state(task.dag)
-        except (ir.InvalidStep, ValueError, KeyError, IndexError):
-            continue
-        states.append(state)
-        costs.append(rec.mean_cost if rec.ok else None)
-    return states, costs
+        by_key.setdefault(rec.workload_key, []).append(rec)
+    counts, training = [], []
+    for task, policy in zip(tasks, policies):
+        valid, states, costs = [], [], []
+        for rec in by_key.get(task.workload_key, ()):
+            try:
+                states.append(rec.state(task.dag))
+            except ir.InvalidStep as err:
+                warnings.warn(f"autosched: a record of task {task.desc or task.workload_key} does not replay on "
+                              f"its DAG and is skipped: {err}", RuntimeWarning, stacklevel=2)
+                continue
+            valid.append(rec)
+            costs.append(rec.mean_cost if rec.ok else None)
+        measurer.load(valid)
+        training += policy.remember(states, costs)
+        counts.append(len(valid))
+    if training:
+        model.update(training)
+    return counts

@@ -1,5 +1,6 @@
 """``auto_schedule``: tune one computation end to end — search rounds, measurement,
-records, resume, early stopping, a progress line — and return its best kernel."""
+records, resume, early stopping, a progress line — and return its best kernel; and
+``tune_tasks``, the tuning loop it shares with ``tune_networks``."""
 from __future__ import annotations
 
 import math
@@ -9,10 +10,12 @@ from dataclasses import dataclass, field
 
 import ir
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel
+from task_scheduler import TaskScheduler
 
-from .measure import LocalBuilder, LocalRunner, ProgramMeasurer, WorkerPool
-from .records import programs_of, read_records
+from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
+from .records import RecordToFile, resume
 from .space import as_task
+from .workers import WorkerPool
 
 
 @dataclass
@@ -32,6 +35,10 @@ class TuneResult:
     #: of the measurement time: seconds spent compiling and running programs (summed over workers)
     time_build: float = 0.0
     time_run: float = 0.0
+    #: measured programs that failed, by kind ("compile error", "wrong answer", ...)
+    measure_errors: dict = field(default_factory=dict)
+    #: candidates the search left out because making them raised, by kind (should be none)
+    search_rejected: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"TuneResult({self.task.desc or self.task.workload_key}: {self.gflops:.2f} GFLOPS, "
@@ -52,13 +59,28 @@ def make_cost_model(cost_model, seed: int):
     return cost_model
 
 
-def _progress(task, done: int, trials: int, best_gflops: float, elapsed: float, measurer) -> None:
-    width = 24
-    filled = int(width * done / max(trials, 1))
-    bar = "#" * filled + "." * (width - filled)
-    best = f"{best_gflops:.2f} GFLOPS" if best_gflops > 0 else "-"
-    print(f"\r[{bar}] {done}/{trials} trials | best {best} | {elapsed:.0f}s | {measurer.summary()}",
-          end="", file=sys.stderr, flush=True)
+class _Progress:
+    """The progress line of tuning one task (a scheduler callback): trials, the best
+    GFLOPS so far, seconds, and the measurer's summary (programs measured, errors by kind)."""
+
+    def __init__(self, flops: float, trials: int):
+        self.flops, self.trials = flops, trials
+
+    def on_round(self, scheduler, i: int) -> None:
+        done, width = scheduler.total_trials, 24
+        filled = int(width * done / max(self.trials, 1))
+        gflops = _gflops(self.flops, scheduler.best_costs[i])
+        best = f"{gflops:.2f} GFLOPS" if gflops > 0 else "-"
+        summary = scheduler.measurer.summary() if scheduler.measurer is not None else ""
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.trials} trials | best {best} | "
+              f"{time.perf_counter() - scheduler._start:.0f}s | {summary}", end="", file=sys.stderr, flush=True)
+
+    def on_end(self, scheduler) -> None:
+        print(file=sys.stderr)
+
+
+def _gflops(flops: float, cost: float) -> float:
+    return flops / cost / 1e9 if math.isfinite(cost) and cost < 1e9 else 0.0
 
 
 def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_file: str | None = None,
@@ -69,59 +91,64 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     """Search for a fast program of ``dag_or_task`` with at most ``trials`` measurements,
     ``measure_batch`` per round. With ``log_file``, every measurement is appended to it and
     a run resumes from it (programs measured before are not measured again; the cost
-    model learns from them). ``early_stopping``: stop after that many trials without
-    improvement. ``cost_model``: "xgb", "random" or a CostModel. Deterministic for a
-    ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU of
-    this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU."""
+    model learns from them); a file that is not a tuning log, or cannot be written, is
+    refused before anything is measured. ``early_stopping``: stop after that many trials
+    without improvement. ``cost_model``: "xgb", "random" or a CostModel. Deterministic
+    for a ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU
+    of this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU.
+
+    Tuning one computation is tuning a network of one task: ``tune_tasks`` with a
+    round-robin ``TaskScheduler``."""
     if trials < 0 or measure_batch < 1:
         raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
+    log = RecordToFile(log_file) if log_file else None
     task = as_task(dag_or_task, layout_rewrite=layout_rewrite, target=target)
     if task.target_kind == "gpu" and runner is None and trials > 0:
         from ir.cuda_runtime import require_device_present
         require_device_present()
     model = make_cost_model(cost_model, seed)
-    measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), log_file=log_file)
     search_params = search_params or SearchParams()
     search_pool = search_workers(search_params, task.hardware.num_cores)
-    policy = SketchPolicy(task, model, search_params, seed=seed, custom_rules=custom_rules, executor=search_pool)
-    flops = task.dag.flop_count()
-    _resume(task, policy, log_file)
-    history, done, since_best = [], 0, 0
-    best_cost = measurer.best_cost(task)
-    t_search = t_measure = t_build = t_run = 0.0
-    start = time.perf_counter()
     try:
-        while done < trials:
-            t0 = time.perf_counter()
-            states = policy.next_batch(min(measure_batch, trials - done))
-            t1 = time.perf_counter()
-            if not states:
-                break
-            results = measurer.measure(task, states)
-            t2 = time.perf_counter()
-            t_search, t_measure = t_search + (t1 - t0), t_measure + (t2 - t1)
-            t_build += sum(r.build_time for r in results)
-            t_run += sum(r.run_time for r in results)
-            policy.update(states, [r.mean_cost if r.ok else None for r in results])
-            done += len(states)
-            new_best = measurer.best_cost(task)
-            since_best = 0 if new_best < best_cost else since_best + len(states)
-            best_cost = new_best
-            gflops = flops / best_cost / 1e9 if math.isfinite(best_cost) and best_cost < 1e9 else 0.0
-            history.append((done, gflops, time.perf_counter() - start))
-            if verbose:
-                _progress(task, done, trials, gflops, time.perf_counter() - start, measurer)
-            if early_stopping is not None and since_best >= early_stopping:
-                break
+        policy = SketchPolicy(task, model, search_params, seed=seed, custom_rules=custom_rules, executor=search_pool)
+        flops = task.dag.flop_count()
+        scheduler = TaskScheduler([task], "latency", flops=[flops], strategy="round-robin", seed=seed,
+                                  callbacks=[_Progress(flops, trials)] if verbose else [])
+        measurer = tune_tasks(scheduler, [policy], model, trials=trials, measure_batch=measure_batch,
+                              early_stopping=early_stopping, log=log, builder=builder, runner=runner)
     finally:
-        if verbose:
-            print(file=sys.stderr)
-        measurer.close()
         if search_pool is not None:
             search_pool.shutdown()
-    result = _result(task, measurer, done, history, t_search, t_measure)
-    result.time_build, result.time_run = t_build, t_run
-    return result
+    history = [(p["trials"], _gflops(flops, p["objective"]), p["seconds"]) for p in scheduler.curve]
+    seconds = scheduler.seconds[0]
+    state, cost = measurer.best_state(task), measurer.best_cost(task)
+    kernel = ir.build(task.dag, state, layout_rewrite=task.layout_rewrite,
+                      target=task.target if task.target_kind == "gpu" else None) if state is not None else None
+    return TuneResult(task, state, kernel, cost, _gflops(flops, cost) if state is not None else 0.0,
+                      scheduler.total_trials, history, seconds["search"], seconds["measure"], seconds["build"],
+                      seconds["run"], {e.label: n for e, n in measurer.error_counts.items()},
+                      dict(policy.evolution.rejected.counts))
+
+
+def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measure_batch: int,
+               early_stopping: int | None, log: RecordToFile | None, builder=None, runner=None) -> ProgramMeasurer:
+    """The tuning loop of ``auto_schedule`` and ``tune_networks``: one measurer for all of
+    ``scheduler``'s tasks (appending to ``log``), resumed from the log's records (see
+    ``records.resume``: the measurer, the policies and the shared ``model`` take them in;
+    the scheduler starts from the rounds and latencies they reached), then the scheduler
+    spends ``trials`` measurements in rounds of ``measure_batch`` (``TaskScheduler.tune``).
+    Returns the measurer (closed), which knows the best program of each task."""
+    measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(),
+                               callbacks=[log] if log is not None else [])
+    try:
+        if log is not None:
+            counts = resume(log.read(), scheduler.tasks, policies, model, measurer)
+            for i, (task, n) in enumerate(zip(scheduler.tasks, counts)):
+                scheduler.restore(i, measurer.best_cost(task), n, measure_batch)
+        scheduler.tune(policies, measurer, trials, measure_batch, early_stopping)
+    finally:
+        measurer.close()
+    return measurer
 
 
 def search_workers(params: SearchParams, num_cores: int) -> WorkerPool | None:
@@ -129,28 +156,3 @@ def search_workers(params: SearchParams, num_cores: int) -> WorkerPool | None:
     process); measurement does not run while the search does, so they use its cores."""
     n = params.n_islands(num_cores)
     return WorkerPool(n, name="autosched-search", preload=("numpy", "ir", "evolution")) if n > 1 else None
-
-
-def _resume(task, policy: SketchPolicy, log_file: str | None) -> None:
-    """Programs of this task in the log are known: never proposed again, and the model
-    learns from them before the first round."""
-    if not log_file:
-        return
-    try:
-        states, costs = programs_of(read_records(log_file), task)
-    except FileNotFoundError:
-        return
-    if states:
-        policy.update(states, costs)
-
-
-def _result(task, measurer, trials: int, history, t_search: float, t_measure: float) -> TuneResult:
-    state = measurer.best_state(task)
-    cost = measurer.best_cost(task)
-    kernel = None
-    gflops = 0.0
-    if state is not None:
-        kernel = ir.build(task.dag, state, layout_rewrite=task.layout_rewrite,
-                          target=task.target if task.target_kind == "gpu" else None)
-        gflops = task.dag.flop_count() / cost / 1e9
-    return TuneResult(task, state, kernel, cost, gflops, trials, history, t_search, t_measure)

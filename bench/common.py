@@ -1,7 +1,7 @@
 """Helpers shared by the benchmarks: machine description, fp32 peak, timing, output.
 
 Every benchmark prints a table for people and, as its very last line, one JSON object for
-machines (ARCHITECTURE.md, "Conventions"). The machine is shared and noisy, so benchmarks
+machines (the contract ``ROW_KEYS`` and ``emit_json`` keep). The machine is shared and noisy, so benchmarks
 time numpy and PyTorch in the same run and report ratios; the fp32 peak measured here is
 the yardstick that makes a GFLOPS figure readable across machines.
 """
@@ -318,7 +318,7 @@ class Table:
         print(self.render(), flush=True)
 
 
-#: the keys every JSON row has (ARCHITECTURE.md); null where a baseline does not apply
+#: the keys every JSON row has; null where a baseline does not apply
 ROW_KEYS = ("workload", "ours_gflops", "numpy_gflops", "torch_gflops", "vs_numpy", "vs_torch")
 
 

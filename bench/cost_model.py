@@ -65,10 +65,8 @@ def load_cache(path: str, dag) -> dict:
             if not line.strip():
                 continue
             rec = json.loads(line)
-            state = dag.init_state()
-            for step in steps_from_json(rec["steps"]):
-                state = step.apply(state)
-            out[str(state)] = (state, rec["cost"])
+            state = ir.State.from_steps(dag, steps_from_json(rec["steps"]))
+            out[state.key] = (state, rec["cost"])
     return out
 
 
@@ -84,7 +82,7 @@ def dataset(name: str, n: int, seed: int, measurer, cache: bool = True, log=prin
         return w, task, [s for s, _ in items], [c for _, c in items], errors
     sketches = sketch_rules.generate_sketches(task)
     states = sketch_rules.sample_programs(task, sketches, n, np.random.default_rng(seed))
-    todo = [s for s in states if str(s) not in have]
+    todo = [s for s in states if s.key not in have]
     os.makedirs(CACHE, exist_ok=True)
     t0 = time.time()
     with open(path, "a") if cache else open(os.devnull, "w") as f:
@@ -94,13 +92,13 @@ def dataset(name: str, n: int, seed: int, measurer, cache: bool = True, log=prin
                 cost = min(res.costs) if res.ok else None
                 if not res.ok:
                     errors[res.error.label] = errors.get(res.error.label, 0) + 1
-                have[str(state)] = (state, cost)
+                have[state.key] = (state, cost)
                 f.write(json.dumps({"steps": steps_to_json(state.steps), "cost": cost,
                                     "error": None if res.ok else res.error.label}) + "\n")
             f.flush()
             done = i + len(part)
             log(f"  {name}: measured {done}/{len(todo)} ({(time.time() - t0) / done:.2f} s each)")
-    items = [have[str(s)] for s in states if str(s) in have]
+    items = [have[s.key] for s in states if s.key in have]
     return w, task, [s for s, _ in items], [c for _, c in items], errors
 
 

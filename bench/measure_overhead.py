@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 import ir  # noqa: E402
-from autosched import LocalBuilder, LocalRunner, MeasureInput, ProgramMeasurer  # noqa: E402
+from autosched import LocalBuilder, LocalRunner, MeasureInput, ProgramMeasurer, RecordToFile  # noqa: E402
 
 
 def matmul_task(n: int) -> ir.SearchTask:
@@ -138,7 +138,8 @@ def main(argv=None) -> None:
     rows: list = []
     with tempfile.TemporaryDirectory() as tmp, \
             ProgramMeasurer(LocalBuilder(timeout=60), LocalRunner(timeout=60, repeat=repeat, min_repeat_ms=min_ms),
-                            log_file=os.path.join(tmp, "tune.jsonl"), max_consecutive_errors=0) as measurer, \
+                            callbacks=[RecordToFile(os.path.join(tmp, "tune.jsonl"))],
+                            max_consecutive_errors=0) as measurer, \
             LocalRunner(timeout=120, repeat=repeat, min_repeat_ms=min_ms) as adaptive, \
             LocalRunner(timeout=120, repeat=repeat, min_repeat_ms=min_ms, adaptive=False) as fixed, \
             LocalRunner(timeout=300, repeat=long, min_repeat_ms=min_ms, adaptive=False) as truth:

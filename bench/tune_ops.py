@@ -1,7 +1,8 @@
 """Tune the single-operator suite (and the ConvLayer and TBS subgraphs) of the Ansor paper;
 print each tuned kernel's GFLOPS beside numpy and PyTorch measured in the same run, the
 tuning time split into search, build and run, and the ratio to TVM's MetaSchedule at equal
-trials (anchors.md, as ratios to the vendor library measured there).
+trials (TVM 0.27's MetaSchedule measured on this machine on 2026-11-22, as ratios to the
+vendor library measured beside it: ``ANCHORS``).
 
     python bench/tune_ops.py --trials N [--workloads GMM C2D-1x7x7x512x512-k3s1p1 ...]
     python bench/tune_ops.py --target cuda --trials N --workloads ...   # on the GPU, beside PyTorch CUDA
@@ -28,7 +29,7 @@ from autosched import ops  # noqa: E402
 from autosched.tune import search_workers  # noqa: E402
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel  # noqa: E402
 
-#: TVM MetaSchedule (anchors.md) as a ratio to the library it was measured beside, with its
+#: TVM MetaSchedule (measured on this machine on 2026-11-22) as a ratio to the library it was measured beside, with its
 #: tuning seconds: workload -> (baseline, {trials: (ratio, seconds)}). Layouts differ for the
 #: conv2d rows (the anchors ran NCHW), so those compare shapes, not identical programs.
 ANCHORS = {
@@ -205,7 +206,7 @@ def tune_suite(args, names) -> list[dict]:
         table.print()
         if vs_ms.rows:
             print("\nvs TVM MetaSchedule at equal trials (each as a ratio to the same vendor library; ours: the "
-                  "best program after that many trials, re-timed in this run; MS from anchors.md):")
+                  "best program after that many trials, re-timed in this run; MS from ANCHORS):")
             vs_ms.print()
     return rows
 
@@ -302,7 +303,7 @@ def _checkpoint_kernels(name, log, task) -> dict:
 def _vs_anchor(name, ours_at, numpy_gflops, torch_gflops) -> dict:
     """Per trial count MetaSchedule was measured at: our best GFLOPS then relative to
     MetaSchedule's, each as a ratio to the same vendor library (ours re-timed in this run,
-    theirs in anchors.md), and both tuning times. ``ours_at``: trials -> (GFLOPS, tuning
+    theirs in ANCHORS), and both tuning times. ``ours_at``: trials -> (GFLOPS, tuning
     seconds) of our best program after that many trials."""
     anchor = ANCHORS.get(name)
     if anchor is None:

@@ -1,5 +1,5 @@
-"""The search: program features, cost models (and, next, mutations, crossover and the
-evolutionary search policy of one task)."""
+"""The search: program features, cost models, mutations, crossover, the evolution of a
+population (``evolve``, in this process or in islands) and the search policy of one task."""
 from .features import (FEATURES, FEATURE_NAMES, N_FEATURES, FeatureExtractor, extract_features, feature_dict,
                        program_features, slog)
 from .cost_model import (CostModel, MeasuredProgram, RandomModel, XGBoostEnsemble, XGBoostModel,
@@ -12,7 +12,9 @@ __all__ = ["FEATURES", "FEATURE_NAMES", "N_FEATURES", "FeatureExtractor", "extra
 from .mutation import (CPU_MUTATION_WEIGHTS, mutate, mutate_auto_unroll, mutate_compute_location, mutate_parallel,
                        mutate_tile_size, mutate_tile_size_random_walk)
 from .crossover import Crossover
+from .evolve import Evolution, Rejections
 from .search_policy import SearchParams, SketchPolicy
 
 __all__ += ["CPU_MUTATION_WEIGHTS", "mutate", "mutate_auto_unroll", "mutate_compute_location", "mutate_parallel",
-            "mutate_tile_size", "mutate_tile_size_random_walk", "Crossover", "SearchParams", "SketchPolicy"]
+            "mutate_tile_size", "mutate_tile_size_random_walk", "Crossover", "Evolution", "Rejections",
+            "SearchParams", "SketchPolicy"]

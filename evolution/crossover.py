@@ -10,18 +10,9 @@ from typing import Sequence
 import numpy as np
 
 import ir
-from ir.steps import SplitStep
+from ir.steps import SplitStep, stage_names_along
 
 from .genes import decision_phase, replay, sketch_length
-
-
-def _stage_names_along(sketch: ir.State) -> list[str]:
-    """The name of the stage each sketch step touches (stage ids shift as stages are added)."""
-    names, state = [], ir.State.initial(sketch.dag)
-    for step in sketch.steps:
-        names.append(state.raw_stages[step.stage_id].name)
-        state = step.apply(state)
-    return names
 
 
 class Crossover:
@@ -30,7 +21,7 @@ class Crossover:
 
     def __init__(self, sketches: Sequence[ir.State]):
         self.sketches = list(sketches)
-        self._names = [_stage_names_along(s) for s in self.sketches]
+        self._names = [stage_names_along(s.dag, s.steps) for s in self.sketches]
 
     def __call__(self, a: ir.State, b: ir.State, rng: np.random.Generator) -> ir.State | None:
         ka, kb = sketch_length(a, self.sketches), sketch_length(b, self.sketches)
@@ -38,7 +29,9 @@ class Crossover:
             return None  # only programs of one sketch share their genes' structure
         k, n = ka
         names = self._names[k]
-        stage_names = [st.name for st in a.stages]
+        stage_names = [st.name for st in a.raw_stages]
+        if stage_names != [st.name for st in b.raw_stages]:
+            return None  # one sketch makes one set of stages: these parents are not of one sketch
         take_b = {name: bool(rng.integers(2)) for name in stage_names}
         if all(take_b.values()) or not any(take_b.values()):
             return None  # the child would be a copy of one parent
@@ -51,7 +44,7 @@ class Crossover:
         decisions = []
         for parent, use_b in ((a, False), (b, True)):
             for pos, step in enumerate(parent.steps[n:]):
-                if take_b[parent.stages[step.stage_id].name] == use_b:
+                if take_b[parent.raw_stages[step.stage_id].name] == use_b:
                     decisions.append((decision_phase(step, parent), step.stage_id, use_b, pos, step))
         decisions.sort(key=lambda d: d[:4])
         return replay(a.dag, steps + [d[4] for d in decisions])

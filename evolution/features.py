@@ -65,7 +65,9 @@ import numpy as np
 
 from ir import dtype as dt
 from ir import expr as E
-from ir.loop_ir import Allocate, For, IfThenElse, Load, Pragma, Seq, Store
+from ir.loop_ir import Allocate, For, IfThenElse, Load, Pragma, Seq, Store, nest_trips
+from ir.lower import Lowering
+from ir.lower_gpu import GPULowering
 
 # ------------------------------------------------------------------------------------------
 # The layout: one (name, description) per column, in order.
@@ -153,7 +155,6 @@ OUTER_BASE = _COL["outer_prod"]
 _MAD, _ADDSUB, _MUL, _DIVMOD, _CMP, _MATH, _OTHER = range(7)
 _INT = 7
 _BOOL, _SELECT = 14, 15
-_MATH_FUNCS = frozenset(("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow"))
 
 
 def slog(x):
@@ -181,21 +182,6 @@ class _Statement:
         self.unroll, self.alloc_outer = unroll, alloc_outer
 
 
-def _nest_trips(s) -> int:
-    """Iterations of the deepest path through a loop nest: what ``auto_unroll_max_step``
-    compares with (as the code generator does)."""
-    t = type(s)
-    if t is For:
-        return s.extent * _nest_trips(s.body)
-    if t is Seq:
-        return max((_nest_trips(x) for x in s.stmts), default=1)
-    if t is IfThenElse:
-        return max(_nest_trips(s.then), _nest_trips(s.otherwise) if s.otherwise is not None else 1)
-    if t is Allocate or t is Pragma:
-        return _nest_trips(s.body)
-    return 1
-
-
 def _collect(stmt, loops, guards, unroll, allocs, out, counter) -> None:
     """Every Store under ``stmt`` with its loops (outer to inner), guards, pragma and the
     outer loop product at its buffer's allocation. A serial loop under an
@@ -205,7 +191,7 @@ def _collect(stmt, loops, guards, unroll, allocs, out, counter) -> None:
     if t is For:
         counter[0] += 1
         kind = stmt.kind
-        if unroll and kind == "serial" and _nest_trips(stmt) <= unroll:
+        if unroll and kind == "serial" and nest_trips(stmt) <= unroll:
             kind = "unroll"
         loops.append(_Loop(counter[0], stmt.var, stmt.extent, kind))
         _collect(stmt.body, loops, guards, unroll, allocs, out, counter)
@@ -291,7 +277,7 @@ def _count_ops(root: E.Expr, counts: list, loads: list | None, memo: dict) -> No
             stack.extend((x.cond, x.t, x.f))
         elif t is Call:
             base = 0 if x.dtype in dt.FLOAT_TYPES else _INT
-            counts[base + (_MATH if x.func in _MATH_FUNCS else _OTHER)] += 1
+            counts[base + (_MATH if x.func in E.TRANSCENDENTAL_FUNCS else _OTHER)] += 1
             stack.extend(x.args)
         elif t is Cast:
             if x.dtype == "bool":
@@ -859,12 +845,7 @@ def _lowering(state, layout_rewrite: bool, simplify: bool, gpu_hardware=None):
     a program over the device's limits); without ``simplify`` the final simplification of
     index and value expressions is skipped (3-4x faster): the features normalise affine
     forms themselves, and only op counts of index arithmetic differ."""
-    if gpu_hardware is not None:
-        from ir.lower_gpu import GPULowering
-        lowering = GPULowering(state, gpu_hardware)
-    else:
-        from ir.lower import Lowering
-        lowering = Lowering(state, layout_rewrite)
+    lowering = GPULowering(state, gpu_hardware) if gpu_hardware is not None else Lowering(state, layout_rewrite)
     if not simplify:
         lowering.simplify = _identity
     return lowering

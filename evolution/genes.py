@@ -10,16 +10,12 @@ from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeR
 
 
 def replay(dag, steps: Sequence[Step]) -> ir.State | None:
-    """The program made by ``steps`` on the naive program of ``dag``; None if a step does
-    not apply (the edit made it invalid)."""
-    state = ir.State.initial(dag)
+    """``ir.State.from_steps(dag, steps)``, or None if a step does not apply (the edit
+    made the program invalid)."""
     try:
-        for step in steps:
-            state = step.apply(state)
-        state.stages  # settle the regions: an invalid attachment shows here
-    except (ir.InvalidStep, ValueError, KeyError, IndexError):
+        return ir.State.from_steps(dag, steps)
+    except ir.InvalidStep:
         return None
-    return state
 
 
 def with_step(state: ir.State, index: int, step: Step | None) -> ir.State | None:
@@ -73,16 +69,25 @@ def decision_phase(step: Step, state: ir.State) -> int:
     return PHASE_LOCATION
 
 
+#: the kinds of step random annotation adds after a sketch: a program's decisions
+DECISION_STEPS = (ComputeAtStep, ComputeRootStep, ComputeInlineStep, FuseStep, AnnotationStep, PragmaStep)
+
+
 def sketch_length(state: ir.State, sketches: Sequence[ir.State]) -> tuple[int, int] | None:
     """(index of the sketch ``state`` was sampled from, number of its steps): the steps
-    before that are the sketch's (tile lengths aside), the rest are decisions."""
+    before that are the sketch's (tile lengths aside), the rest are decisions. The sketch
+    is the longest whose steps the program's first steps follow and after which only
+    decisions come (a shorter sketch can be a prefix of a longer one: the cache_read a
+    packing sketch adds after the tiling of another); None if no sketch fits."""
+    found = None
     for k, sketch in enumerate(sketches):
         n = len(sketch.steps)
-        if len(state.steps) < n:
+        if len(state.steps) < n or (found is not None and n <= found[1]):
             continue
-        if all(_same_shape(a, b) for a, b in zip(sketch.steps, state.steps[:n])):
-            return k, n
-    return None
+        if all(_same_shape(a, b) for a, b in zip(sketch.steps, state.steps[:n])) and \
+                all(isinstance(s, DECISION_STEPS) for s in state.steps[n:]):
+            found = k, n
+    return found
 
 
 def _same_shape(a: Step, b: Step) -> bool:

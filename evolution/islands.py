@@ -13,23 +13,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
+import ir
+
+from .evolve import Evolution, Rejections
 from .genes import replay
 
 
 def evolve_island(task, sketch_steps, model, params, measured_keys, population_steps, out_size: int,
-                  seed: int) -> list[tuple[float, tuple]]:
+                  seed: int) -> tuple[list[tuple[float, tuple]], dict, dict]:
     """Run in a worker: evolve ``population_steps`` (programs as step tuples) with
-    ``params`` and ``model``; the ``out_size`` best predicted programs never measured, as
-    (score, steps), best first."""
-    from .search_policy import SketchPolicy
+    ``params`` and ``model``. Returns the ``out_size`` best predicted programs never
+    measured, as (score, steps), best first, and the candidates the evolution rejected
+    (counts and a message by kind, see ``Evolution.rejected``)."""
     dag = task.dag
-    sketches = [replay(dag, steps) for steps in sketch_steps]
-    if any(s is None for s in sketches):
-        raise ValueError("a sketch does not replay in the island's process")
-    policy = SketchPolicy(task, model, params, seed=seed, sketches=sketches)
-    policy.measured_keys = set(measured_keys)
+    sketches = [ir.State.from_steps(dag, steps) for steps in sketch_steps]
+    evolution = Evolution(task, model, params, sketches, np.random.default_rng(seed))
     population = [s for s in (replay(dag, steps) for steps in population_steps) if s is not None]
-    return [(score, tuple(state.steps)) for score, state in policy.evolve_scored(population, out_size)]
+    best = evolution.run(population, out_size, set(measured_keys))
+    rejected = evolution.rejected
+    return [(score, tuple(state.steps)) for score, state in best], dict(rejected.counts), rejected.examples
 
 
 def submit_islands(executor, policy, population, out_size: int, n_islands: int) -> list:
@@ -45,16 +49,18 @@ def submit_islands(executor, policy, population, out_size: int, n_islands: int) 
             for i in range(n_islands)]
 
 
-def merge_islands(dag, results, out_size: int) -> list[tuple[float, object]]:
+def merge_islands(dag, results, out_size: int, rejected: Rejections) -> list[tuple[float, object]]:
     """The ``out_size`` best (score, State) of all islands, best first, unique by program
-    (the same program found by two islands counts once); steps that do not replay here
-    are dropped."""
-    ranked = sorted((item for island in results for item in island), key=lambda item: -item[0])
+    (the same program found by two islands counts once; steps that do not replay here
+    are dropped); the islands' rejected candidates are added to ``rejected``."""
+    for _, counts, examples in results:
+        rejected.merge(counts, examples)
+    ranked = sorted((item for island, _, _ in results for item in island), key=lambda item: -item[0])
     out: dict[str, tuple[float, object]] = {}
     for score, steps in ranked:
         if len(out) >= out_size:
             break
         state = replay(dag, steps)
         if state is not None:
-            out.setdefault(str(state), (score, state))
+            out.setdefault(state.key, (score, state))
     return list(out.values())

@@ -16,7 +16,7 @@ import numpy as np
 
 import ir
 from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FuseStep, PragmaStep,
-                      SplitStep)
+                      SplitStep, stage_names_along)
 from sketch_rules import analysis as A
 from sketch_rules.annotation import AUTO_UNROLL_CHOICES_CPU, compute_location_choices, divisors
 
@@ -173,14 +173,17 @@ def _shift_iters(step, stage_id: int, first: int, shift: int):
     return step
 
 
-def mutate_compute_location(state: ir.State, rng: np.random.Generator) -> ir.State | None:
+def mutate_compute_location(state: ir.State, rng: np.random.Generator, decisions_from: int = 0) -> ir.State | None:
     """Move a stage that is not multi-level tiled (padding, an rfactor stage...) to another
-    valid location: root, inline (no reduction) or a loop of its consumer."""
+    valid location: root, inline (no reduction) or a loop of its consumer. Only location
+    steps from index ``decisions_from`` on (the length of the program's sketch: those
+    random annotation chose) are candidates; the sketch's own (an inlined pad, a fused
+    consumer) stay."""
     steps = state.steps
+    names = stage_names_along(state.dag, steps)  # a step's stage id counts the stages of its time
     candidates = [i for i, s in enumerate(steps)
-                  if isinstance(s, (ComputeAtStep, ComputeRootStep, ComputeInlineStep))
-                  and not A.is_tiled(state, s.stage_id)
-                  and state.stages[s.stage_id].origin != "cache_write"]
+                  if i >= decisions_from and isinstance(s, (ComputeAtStep, ComputeRootStep, ComputeInlineStep))
+                  and _movable(state, state.stage_index(names[i]))]
     if not candidates:
         return None
     index = candidates[int(rng.integers(len(candidates)))]
@@ -198,18 +201,33 @@ def mutate_compute_location(state: ir.State, rng: np.random.Generator) -> ir.Sta
     return with_step(state, index, options[int(rng.integers(len(options)))])
 
 
-#: Ansor's CPU mutation weights (REFERENCE.md)
+def _movable(state: ir.State, stage_id: int) -> bool:
+    """Whether random annotation chose this stage's location (see ChangeComputeLocation)."""
+    return not A.is_tiled(state, stage_id) and state.raw_stages[stage_id].origin != "cache_write"
+
+
+#: Ansor's CPU mutation weights (TVM auto_scheduler's SketchPolicy defaults)
 CPU_MUTATION_WEIGHTS = {"tile_size": 0.90, "auto_unroll": 0.04, "compute_location": 0.05, "parallel": 0.01}
 
 
 def mutate(state: ir.State, rng: np.random.Generator, weights=None, random_walk_q: float | None = None,
-           max_innermost: int = 64) -> ir.State | None:
+           max_innermost: int = 64, decisions_from: int = 0) -> ir.State | None:
     """One mutation, its kind drawn by ``weights``; ``random_walk_q`` switches tile size
-    mutation to OpEvo's q-random walk."""
+    mutation to OpEvo's q-random walk; ``decisions_from``: see ``mutate_compute_location``."""
+    return mutate_by(draw_mutation(rng, weights), state, rng, random_walk_q, max_innermost, decisions_from)
+
+
+def draw_mutation(rng: np.random.Generator, weights=None) -> str:
+    """A kind of mutation ("tile_size", "auto_unroll", ...), drawn by ``weights``."""
     weights = weights or CPU_MUTATION_WEIGHTS
     kinds = list(weights)
     p = np.array([weights[k] for k in kinds], dtype=float)
-    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+    return kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+
+
+def mutate_by(kind: str, state: ir.State, rng: np.random.Generator, random_walk_q: float | None = None,
+              max_innermost: int = 64, decisions_from: int = 0) -> ir.State | None:
+    """The mutation of this kind (see ``CPU_MUTATION_WEIGHTS``)."""
     if kind == "tile_size":
         if random_walk_q is not None:
             return mutate_tile_size_random_walk(state, rng, random_walk_q, max_innermost)
@@ -217,5 +235,7 @@ def mutate(state: ir.State, rng: np.random.Generator, weights=None, random_walk_
     if kind == "auto_unroll":
         return mutate_auto_unroll(state, rng)
     if kind == "compute_location":
-        return mutate_compute_location(state, rng)
-    return mutate_parallel(state, rng)
+        return mutate_compute_location(state, rng, decisions_from)
+    if kind == "parallel":
+        return mutate_parallel(state, rng)
+    raise ValueError(f"unknown mutation {kind!r}; expected one of {', '.join(CPU_MUTATION_WEIGHTS)}")

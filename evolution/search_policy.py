@@ -1,6 +1,7 @@
 """The search policy of one task (Ansor 5): each round, sample fresh programs, add the best
-measured ones, evolve them under the cost model, and pick the batch to measure (best
-predicted, plus an epsilon share of random programs for exploration).
+measured ones, evolve them under the cost model (``evolve.Evolution``, here or in islands),
+and pick the batch to measure (best predicted, plus an epsilon share of random programs
+for exploration).
 
 Measurement is not done here (the dependency rule keeps it in ``autosched``): the caller
 asks ``next_batch`` for programs, measures them, and reports with ``update``.
@@ -18,14 +19,13 @@ import ir
 import sketch_rules
 
 from . import islands
-from .crossover import Crossover
-from .genes import sketch_length
-from .mutation import CPU_MUTATION_WEIGHTS, mutate
+from .evolve import Evolution
+from .mutation import CPU_MUTATION_WEIGHTS
 
 
 @dataclass
 class SearchParams:
-    """Ansor's defaults (REFERENCE.md) and the options from the other papers."""
+    """Ansor's defaults (TVM auto_scheduler's SketchPolicy) and the options from the other papers."""
     population: int = 2048
     generations: int = 4
     mutation_prob: float = 0.85
@@ -52,7 +52,9 @@ class SearchParams:
 
 class SketchPolicy:
     """Evolutionary search for one task. ``next_batch(n)`` proposes programs never measured
-    before; ``update(states, costs)`` records measurements and retrains the cost model.
+    before; ``update(states, costs)`` records measurements and retrains the cost model;
+    ``remember(states, costs)`` takes in programs measured before (a resumed log) and
+    leaves the training to the caller, who trains once for many tasks.
     ``executor`` (a ``concurrent.futures.Executor`` of processes): evolve in
     ``params.islands`` islands there (see ``evolution.islands``)."""
 
@@ -60,34 +62,42 @@ class SketchPolicy:
                  sketches=None, custom_rules=None, executor=None):
         self.task = task
         self.executor = executor
-        self.model = cost_model
         self.params = params or SearchParams()
         self.rng = np.random.default_rng(seed)
         self.sketches = list(sketches) if sketches is not None else \
             sketch_rules.generate_sketches(task, custom_rules=custom_rules)
         if not self.sketches:
             raise ValueError(f"no sketch could be generated for {task}")
-        self.crossover = Crossover(self.sketches)
+        self.evolution = Evolution(task, cost_model, self.params, self.sketches, self.rng)
         self.measured_keys: set[str] = set()
         self.measured: list[tuple[float, int, ir.State]] = []  # (cost, order, state), valid only
         self.last_eps = self.params.eps_greedy
         self.stats: dict = {}
 
+    @property
+    def model(self):
+        """The cost model the search ranks programs with (and ``update`` trains)."""
+        return self.evolution.model
+
     # measurements ------------------------------------------------------------------------
-    def update(self, states, costs) -> None:
-        """Record measured programs (cost in seconds, None for a failure) and retrain."""
+    def remember(self, states, costs) -> list[tuple]:
+        """Take in measured programs (cost in seconds, None for a failure) without
+        retraining: they are never proposed again and the valid ones seed the population.
+        Returns them as the cost model's training records, (task, state, cost), for a
+        caller that trains once on many (resuming a log)."""
         records = []
         for state, cost in zip(states, costs):
-            self.measured_keys.add(str(state))
+            self.measured_keys.add(state.key)
             if cost is not None and math.isfinite(cost):
                 self.measured.append((cost, len(self.measured), state))
             records.append((self.task, state, cost))
+        return records
+
+    def update(self, states, costs) -> None:
+        """``remember`` the programs measured in this round and retrain the model on them."""
+        records = self.remember(states, costs)
         if records:
             self.model.update(records)
-
-    def mark_measured(self, keys) -> None:
-        """Programs measured before (e.g. in a resumed log): never proposed again."""
-        self.measured_keys.update(keys)
 
     def best_measured(self, n: int) -> list[ir.State]:
         return [s for _, _, s in heapq.nsmallest(n, self.measured)]
@@ -101,8 +111,8 @@ class SketchPolicy:
         while len(out) < target:
             before = len(out)
             for s in sketch_rules.sample_programs(self.task, self.sketches, max(target, min(p.population, 4 * target)),
-                                                  self.rng):
-                out.setdefault(str(s), s)
+                                                  self.rng, on_error=self.evolution.rejected.add):
+                out.setdefault(s.key, s)
             fruitless = fruitless + 1 if len(out) == before else 0
             if fruitless > 5:
                 if target <= 1:
@@ -111,91 +121,38 @@ class SketchPolicy:
         return list(out.values())
 
     def evolve(self, population: list[ir.State], out_size: int) -> list[ir.State]:
-        """Evolve ``population`` for ``generations`` rounds of selection (probability
-        proportional to predicted fitness), mutation and crossover; the ``out_size`` best
-        predicted programs seen that were never measured, best first."""
+        """Evolve ``population`` (see ``evolve.Evolution``); the ``out_size`` best predicted
+        programs seen that were never measured, best first. With an executor and more than
+        one island, the islands evolve in its processes; if that fails, here."""
         n_islands = self.params.n_islands(self.task.hardware.num_cores)
         if self.executor is not None and n_islands > 1 and len(population) >= n_islands:
             try:
                 futures = islands.submit_islands(self.executor, self, population, out_size, n_islands)
-                return [s for _, s in islands.merge_islands(self.task.dag, [f.result() for f in futures], out_size)]
+                results = [f.result() for f in futures]
+                best = islands.merge_islands(self.task.dag, results, out_size, self.evolution.rejected)
+                return [s for _, s in best]
             except Exception as err:  # noqa: BLE001 - a broken worker must not end the tuning
                 warnings.warn(f"autosched: evolving in parallel processes failed ({type(err).__name__}: {err}); "
                               "this round evolves in this process", RuntimeWarning, stacklevel=2)
-        return [s for _, s in self.evolve_scored(population, out_size)]
-
-    def evolve_scored(self, population: list[ir.State], out_size: int) -> list[tuple[float, ir.State]]:
-        """``evolve`` in this process, with the predicted score of each program."""
-        p = self.params
-        best: dict[str, tuple[float, ir.State]] = {}
-        max_innermost = self.task.hardware.max_innermost_split_factor
-        for generation in range(p.generations + 1):
-            if not population:
-                break
-            scores = np.asarray(self.model.predict(self.task, population), dtype=np.float64)
-            for state, score in zip(population, scores):
-                key = str(state)
-                if key not in self.measured_keys and np.isfinite(score) and (key not in best or best[key][0] < score):
-                    best[key] = (float(score), state)
-            if len(best) > 4 * out_size:
-                best = dict(heapq.nlargest(2 * out_size, best.items(), key=lambda kv: kv[1][0]))
-            if generation == p.generations:
-                break
-            population = self._next_generation(population, scores, max_innermost)
-        return sorted(best.values(), key=lambda v: -v[0])[:out_size]
-
-    def _next_generation(self, population, scores, max_innermost) -> list[ir.State]:
-        p = self.params
-        fitness = np.where(np.isfinite(scores), scores, 0.0)
-        fitness = np.maximum(fitness - min(0.0, float(fitness.min())), 0.0)
-        probs = fitness / fitness.sum() if fitness.sum() > 0 else np.full(len(population), 1.0 / len(population))
-        by_sketch: dict[int, list[int]] = {}
-        for i, s in enumerate(population):
-            k = sketch_length(s, self.sketches)
-            if k is not None:
-                by_sketch.setdefault(k[0], []).append(i)
-        out: dict[str, ir.State] = {}
-        tries, n = 0, len(population)
-        target = p.population
-        while len(out) < target and tries < 3 * target:
-            tries += 1
-            i = int(self.rng.choice(n, p=probs))
-            if self.rng.random() < p.mutation_prob:
-                child = self.mutate(population[i], max_innermost)
-            else:
-                k = sketch_length(population[i], self.sketches)
-                mates = by_sketch.get(k[0], []) if k is not None else []
-                if len(mates) < 2:
-                    continue
-                w = probs[mates] / probs[mates].sum() if probs[mates].sum() > 0 else None
-                j = mates[int(self.rng.choice(len(mates), p=w))]
-                child = self.crossover(population[i], population[j], self.rng)
-            if child is not None and self.runs_on_target(child):
-                out.setdefault(str(child), child)
-        return list(out.values())
-
-    def runs_on_target(self, state: ir.State) -> bool:
-        """False for a program the task's device cannot run (a GPU block's limits: a
-        crossover of two valid parents can break them)."""
-        if self.task.target_kind != "gpu":
-            return True
-        from ir.lower_gpu import block_limits_violation
-        return block_limits_violation(state, self.task.hardware) is None
-
-    def mutate(self, state: ir.State, max_innermost: int) -> ir.State | None:
-        """One mutation of ``state``: the GPU's rules (``evolution.gpu_mutation``) on a GPU
-        task, whose default weights replace the CPU's."""
-        p = self.params
-        if self.task.target_kind == "gpu":
-            from .gpu_mutation import mutate_gpu
-            weights = None if p.mutation_weights == CPU_MUTATION_WEIGHTS else p.mutation_weights
-            return mutate_gpu(state, self.rng, self.task.hardware, weights, p.random_walk_q, max_innermost)
-        return mutate(state, self.rng, p.mutation_weights, p.random_walk_q, max_innermost)
+        return [s for _, s in self.evolution.run(population, out_size, self.measured_keys)]
 
     def next_batch(self, n: int) -> list[ir.State]:
         """Up to ``n`` programs never measured: the best predicted after evolution, with an
         epsilon share of fresh random programs (Ansor's PickStatesWithEpsGreedy); random
-        programs only while the model cannot rank."""
+        programs only while the model cannot rank. Candidates whose making raised are left
+        out, counted in ``stats["rejected"]`` and reported in one warning a round."""
+        rejected = self.evolution.rejected
+        before = rejected.counts.copy()
+        batch = self._next_batch(n)
+        new = rejected.counts - before
+        self.stats["rejected"] = dict(new)
+        if new:
+            warnings.warn(f"autosched: task {self.task.desc or self.task.workload_key}: {sum(new.values())} "
+                          f"candidate program(s) left out of this round because making them raised: "
+                          f"{rejected.describe(new)}", RuntimeWarning, stacklevel=2)
+        return batch
+
+    def _next_batch(self, n: int) -> list[ir.State]:
         p = self.params
         if not getattr(self.model, "can_rank", True):
             batch = self.random_batch(n)
@@ -212,17 +169,17 @@ class SketchPolicy:
             for s in best:
                 if len(batch) >= n - n_random:
                     break
-                batch.setdefault(str(s), s)
-            fresh = [s for s in init if str(s) not in self.measured_keys and str(s) not in batch]
+                batch.setdefault(s.key, s)
+            fresh = [s for s in init if s.key not in self.measured_keys and s.key not in batch]
             self.rng.shuffle(fresh)
             for s in fresh:
                 if len(batch) >= n:
                     break
-                batch[str(s)] = s
+                batch[s.key] = s
             for s in best:  # top up from the predictions if random ones ran out
                 if len(batch) >= n:
                     break
-                batch.setdefault(str(s), s)
+                batch.setdefault(s.key, s)
             if batch:
                 self.stats = {"init_population": len(init), "evolved": len(best), "eps": eps}
                 return list(batch.values())
@@ -236,8 +193,9 @@ class SketchPolicy:
         fruitless = 0
         while len(batch) < n and fruitless <= max(1, self.params.retry_on_empty):
             before = len(batch)
-            for s in sketch_rules.sample_programs(self.task, self.sketches, 2 * (n - len(batch)), self.rng):
-                key = str(s)
+            for s in sketch_rules.sample_programs(self.task, self.sketches, 2 * (n - len(batch)), self.rng,
+                                                  on_error=self.evolution.rejected.add):
+                key = s.key
                 if key not in self.measured_keys and len(batch) < n:
                     batch.setdefault(key, s)
             fruitless = fruitless + 1 if len(batch) == before else 0

@@ -7,8 +7,9 @@ from .tensor import Tensor, Operation, PlaceholderOp, ComputeOp, placeholder, co
 from .simplify import simplify
 from .dag import ComputeDAG
 from .index_check import IndexOutOfRange
-from .state import State, Stage, Iterator
-from .loops import InvalidStep
+from .state import State
+from .stage import Stage
+from .loops import InvalidStep, Iterator
 from . import steps
 from .steps import Step
 from .loop_ir import Buffer

@@ -1,4 +1,5 @@
-"""ComputeDAG: the operations of one subgraph and the analyses that sketch rules ask of it."""
+"""ComputeDAG: the operations of one subgraph, their access maps, flop count and identity
+(the predicates the sketch rules ask are in ``sketch_rules/analysis.py``, on States)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,12 +11,9 @@ import networkx as nx
 from . import dtype as dt
 from . import expr as E
 from .index_check import check_reads
-from .printer import expr_str
+from .expr import expr_str
+from .state import State
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor
-
-#: math calls that make an op too expensive to recompute at every use (so never inline it)
-EXPENSIVE_CALLS = frozenset({"exp", "log", "tanh", "sigmoid", "erf", "pow", "sqrt", "rsqrt"})
-
 
 def _collect_ops(tensors: Sequence[Tensor]) -> list[Operation]:
     """Operations reachable from ``tensors`` in a stable topological (post-)order."""
@@ -119,51 +117,6 @@ class ComputeDAG:
             out[id(op)] = reads
         return out
 
-    # predicates used by the sketch rules --------------------------------------------
-    def is_strict_inlinable(self, op: Operation) -> bool:
-        """Elementwise/injective with no reduction and no expensive math: inlining it into its
-        consumers costs nothing and removes a buffer (Ansor's AlwaysInline condition)."""
-        if not isinstance(op, ComputeOp) or op.reduce_axis:
-            return False
-        return not any(isinstance(e, E.Call) and e.func in EXPENSIVE_CALLS for e in E.walk(op.body))
-
-    def has_data_reuse(self, op: Operation) -> bool:
-        """Input elements are read by several iterations: two input tensors each miss a
-        space axis, or one does and the op reduces — so multi-level tiling pays (Ansor's
-        NeedsMultiLevelTiling). A broadcast operand alone does not count."""
-        if not isinstance(op, ComputeOp):
-            return False
-        return reads_have_reuse(self.read_accesses(op).values(), op.axis, bool(op.reduce_axis))
-
-    def fusible_consumer(self, op: Operation) -> Operation | None:
-        """The single elementwise consumer that can be computed inside ``op``'s tile, if any."""
-        if not isinstance(op, ComputeOp) or self.is_output(op):
-            return None
-        consumers = self.consumers(op)
-        if len(consumers) != 1:
-            return None
-        cons = consumers[0]
-        if not isinstance(cons, ComputeOp) or cons.reduce_axis or cons.shape != op.shape:
-            return None
-        for indices in self.read_accesses(cons).get(op.output, []):
-            if len(indices) != len(cons.axis) or any(i is not ax for i, ax in zip(indices, cons.axis)):
-                return None
-        return cons
-
-    def has_fusible_consumer(self, op: Operation) -> bool:
-        return self.fusible_consumer(op) is not None
-
-    def has_more_reduction_parallel(self, op: Operation, num_cores: int) -> bool:
-        """Reduction with more parallelism in its reduce axes than its space axes, so that
-        rfactor pays (Ansor's NeedsRfactor)."""
-        if not isinstance(op, ComputeOp) or not op.reduce_axis:
-            return False
-        space = _prod(op.shape)
-        reduce = _prod(ax.extent for ax in op.reduce_axis)
-        if self.has_data_reuse(op):
-            return not (space > reduce or space > num_cores * 16)
-        return reduce > 1 and reduce > num_cores
-
     # cost ------------------------------------------------------------------------------
     def flop_count(self) -> int:
         """Floating-point operations of one run: arithmetic, comparisons and math calls on
@@ -215,21 +168,7 @@ class ComputeDAG:
 
     def init_state(self):
         """The naive program: one loop per axis, every op computed at root."""
-        from .state import State
         return State.initial(self)
-
-
-def reads_have_reuse(reads_per_tensor, axes, reduces: bool) -> bool:
-    """TVM's data-reuse rule over the index tuples with which each input tensor is read:
-    two tensors each miss a space axis, or one does and the op reduces."""
-    n_missing = 0
-    for accesses in reads_per_tensor:
-        used = {id(v) for indices in accesses for i in indices for v in E.free_vars(i)}
-        if any(id(ax) not in used for ax in axes):
-            n_missing += 1
-        if n_missing >= 2 or (n_missing >= 1 and reduces):
-            return True
-    return False
 
 
 def _prod(values) -> int:

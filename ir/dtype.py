@@ -52,6 +52,3 @@ def storage_llvm_type(dtype: str) -> str:
 def itemsize(dtype: str) -> int:
     return _BYTES[dtype]
 
-
-def numpy_dtype(dtype: str) -> np.dtype:
-    return np.dtype(dtype)

@@ -15,11 +15,10 @@ import numpy as np
 
 from . import dtype as dt
 
-ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
-COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
-LOGIC_OPS = ("and", "or")
 MATH_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "pow", "floor", "ceil")
-REDUCERS = ("sum", "max", "min")
+#: the math functions that cost many instructions (the rest are one each): a stage calling
+#: one is not inlined, and features count them as math
+TRANSCENDENTAL_FUNCS = frozenset(("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow"))
 
 
 class Expr:
@@ -122,7 +121,6 @@ class Expr:
         return ()
 
     def __repr__(self) -> str:
-        from .printer import expr_str
         return expr_str(self)
 
 
@@ -443,10 +441,7 @@ def _math(func: str):
     return fn
 
 
-exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor, ceil = (
-    _math(f) for f in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil"))
-pow = _math("pow")  # noqa: A001
-abs = _math("abs")  # noqa: A001
+exp, log, sqrt, rsqrt, tanh, sigmoid, erf, abs, pow, floor, ceil = (_math(f) for f in MATH_FUNCS)  # noqa: A001
 
 
 def all_of(conds: Iterable) -> Expr:
@@ -533,3 +528,45 @@ def free_vars(expr: Expr) -> list[Var]:
         if isinstance(e, Var):
             seen.setdefault(id(e), e)
     return list(seen.values())
+
+
+# printing ------------------------------------------------------------------------------
+
+_INFIX = {"+", "-", "*", "/", "//", "%"}
+
+
+def expr_str(e: Expr) -> str:
+    """Readable text for an expression (repr, DAG printing, printed loop nests)."""
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Const):
+        if e.dtype == "float32":
+            return f"{e.value!r}f"
+        return repr(e.value)
+    if isinstance(e, Binary):
+        a, b = expr_str(e.a), expr_str(e.b)
+        if e.op in _INFIX:
+            return f"({a} {e.op} {b})"
+        if e.op in ("and", "or"):
+            return f"({a} {'&&' if e.op == 'and' else '||'} {b})"
+        return f"{e.op}({a}, {b})"
+    if isinstance(e, Compare):
+        return f"({expr_str(e.a)} {e.op} {expr_str(e.b)})"
+    if isinstance(e, Not):
+        return f"!{expr_str(e.a)}"
+    if isinstance(e, Select):
+        return f"select({expr_str(e.cond)}, {expr_str(e.t)}, {expr_str(e.f)})"
+    if isinstance(e, Cast):
+        return f"{e.dtype}({expr_str(e.value)})"
+    if isinstance(e, Call):
+        return f"{e.func}({', '.join(expr_str(a) for a in e.args)})"
+    if isinstance(e, TensorRead):
+        return f"{e.tensor.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    if isinstance(e, Reduce):
+        axes = ", ".join(a.name for a in e.axes)
+        where = "" if e.condition is None else f", where={expr_str(e.condition)}"
+        return f"{e.combiner}({expr_str(e.source)}, axis=[{axes}]{where})"
+    to_str = getattr(e, "to_str", None)
+    if to_str is not None:
+        return to_str()
+    return f"<{type(e).__name__}>"

@@ -9,11 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import expr as E
-from .printer import expr_str
-
-LOOP_KINDS = ("serial", "parallel", "vectorize", "unroll")
-#: loops bound to GPU threads (lowered for the cuda target only; see ``ir.lower_gpu``)
-GPU_LOOP_KINDS = ("blockIdx.x", "vthread", "threadIdx.x")
+from .expr import expr_str
 
 
 class Buffer:
@@ -141,6 +137,21 @@ def seq(stmts) -> Stmt:
         else:
             flat.append(s)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def nest_trips(s: Stmt) -> int:
+    """Iterations of the deepest path through a loop nest: what ``auto_unroll_max_step``
+    compares with (code generation unrolls by it, features count what it unrolls)."""
+    t = type(s)
+    if t is For:
+        return s.extent * nest_trips(s.body)
+    if t is Seq:
+        return max((nest_trips(x) for x in s.stmts), default=1)
+    if t is IfThenElse:
+        return max(nest_trips(s.then), nest_trips(s.otherwise) if s.otherwise is not None else 1)
+    if t is Allocate or t is Pragma:
+        return nest_trips(s.body)
+    return 1
 
 
 def stmt_str(s: Stmt, indent: int = 0) -> str:

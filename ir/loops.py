@@ -20,8 +20,22 @@ class InvalidStep(ValueError):
 
 
 def check(cond: bool, message: str) -> None:
+    """Raise ``InvalidStep(message)`` unless ``cond``: how every step says it does not apply."""
     if not cond:
         raise InvalidStep(message)
+
+
+#: what a step that does not apply may raise before a ``check`` catches its case (an
+#: iterator index out of range, a field of the wrong type in a hand-edited record):
+#: ``State.apply`` turns them into ``InvalidStep`` with ``leaked``, so callers catch one type
+LEAKS = (IndexError, KeyError, ValueError, TypeError, ZeroDivisionError)
+
+
+def leaked(step, err: Exception) -> InvalidStep:
+    """The ``InvalidStep`` that ``err``, leaked by ``step`` (a Step or what it was read
+    from), stands for; the step is shown as its record (its fields may be malformed)."""
+    shown = step.record() if hasattr(step, "record") else step
+    return InvalidStep(f"step {shown!r} does not apply: {type(err).__name__}: {err}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,7 +242,7 @@ def apply(loops: Loops, t: LoopTransform) -> Loops:
     return annotate(loops, *t.args)
 
 
-def position_map(t: LoopTransform, n_iters: int):
+def position_map(t: LoopTransform):
     """Where each old iterator position goes (a split iterator maps to its innermost part,
     fused ones to the fused iterator)."""
     if t.kind == "split":

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from . import dtype as dt
 from . import expr as E
-from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Stmt, Store, seq
+from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Stmt, Store, seq, stmt_str
 from .simplify import Simplifier, interval
 from .bounds import all_iter_bounds
 from .index_check import in_range, runtime_checked
@@ -36,7 +36,6 @@ class LoweredFunc:
     layouts: dict = None
 
     def __str__(self) -> str:
-        from .loop_ir import stmt_str
         head = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in self.args)
         return f"def {self.name}({head}):\n{stmt_str(self.body, 1)}"
 

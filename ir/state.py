@@ -1,157 +1,35 @@
 """State: a program written as the DAG plus the transform steps applied to it.
 
-Stages are frozen; applying a step builds a new State that shares every stage it did not
-touch, so copying a State costs nothing. A stage's loops are derived from its root axes
-and its primitive loop transforms (see ``loops``); a stage computed inside another one
-has root axes sized by bound inference, re-derived whenever its target's loops change.
+Applying a step builds a new State that shares every stage it did not touch, so copying a
+State costs nothing (see ``stage`` for how a stage's loops are derived and shared).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import hashlib
+from dataclasses import dataclass, field, replace
 
 from . import expr as E
-from . import loops as L
-from .loops import InvalidStep, Iterator, LoopTransform, Loops, check
-from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from . import steps as S
+from .bounds import reinfer
+from .loops import LEAKS, InvalidStep, check, leaked
+from .stage import Stage, make_stage
+from .state_printer import state_str
+from .tensor import Tensor
 
-__all__ = ["State", "Stage", "Iterator", "InvalidStep"]
-
-
-@dataclass(frozen=True, eq=False)
-class Stage:
-    """How one operation is computed: its body, loops, location and pragmas."""
-    op: Operation
-    #: the computation (``op.body`` unless a cache/rfactor step rewrote it); None for inputs
-    body: E.Expr | None
-    axes: tuple[E.IterVar, ...]
-    reduce_axes: tuple[E.IterVar, ...]
-    root_extents: tuple[int, ...]
-    root_starts: tuple[E.Expr | None, ...]
-    transforms: tuple[LoopTransform, ...]
-    loops: Loops
-    #: "root", "inline" or "iter" (computed inside loop ``attach`` = (stage, iterator))
-    compute_at: str = "root"
-    attach: tuple[int, int] | None = None
-    auto_unroll_max_step: int = 0
-    #: how the stage came to be: "op", "cache_write", "cache_read" or "rfactor"
-    origin: str = "op"
-    #: which dimensions of an attached stage's region may run outside its tensor, as
-    #: (dimension, ">=" or "<") (set by bound inference; the guards are built from the
-    #: current loops, so they never refer to loop variables of an earlier derivation)
-    region_guard_specs: tuple[tuple[int, str], ...] = ()
-
-    @property
-    def is_placeholder(self) -> bool:
-        return isinstance(self.op, PlaceholderOp)
-
-    @property
-    def name(self) -> str:
-        return self.op.name
-
-    @property
-    def iters(self) -> tuple[Iterator, ...]:
-        return self.loops.iters
-
-    @property
-    def axis_values(self) -> tuple[E.Expr, ...]:
-        return self.loops.axis_values
-
-    @property
-    def guards(self) -> tuple[E.Expr, ...]:
-        return self.loops.guards + tuple(
-            E.Compare(">=", self.axis_values[d], E.Const(0, "int64")) if kind == ">=" else
-            E.Compare("<", self.axis_values[d], E.Const(self.op.shape[d], "int64"))
-            for d, kind in self.region_guard_specs)
-
-    @property
-    def all_axes(self) -> tuple[E.IterVar, ...]:
-        return self.axes + self.reduce_axes
-
-    def iter_bounds(self) -> dict:
-        return {it.var: (0, it.extent - 1) for it in self.iters}
-
-    def iter_index(self, it) -> int:
-        if isinstance(it, int):
-            check(0 <= it < len(self.iters), f"stage '{self.name}' has no iterator {it} "
-                                              f"(it has {len(self.iters)}: {[i.name for i in self.iters]})")
-            return it
-        for pos, x in enumerate(self.iters):
-            if x is it or x.name == it:
-                return pos
-        raise InvalidStep(f"stage '{self.name}' has no iterator {getattr(it, 'name', it)!r}; "
-                          f"its iterators are {[i.name for i in self.iters]}")
-
-    def with_transform(self, t: LoopTransform) -> "Stage":
-        return replace(self, loops=_LOOP_MEMO.apply(self.loops, t), transforms=self.transforms + (t,))
-
-    def with_root(self, extents, starts, region_guard_specs=()) -> "Stage":
-        """Re-derive the loops over new root extents/starts, replaying the transforms."""
-        loops = _LOOP_MEMO.root(self, tuple(extents), tuple(starts))
-        for t in self.transforms:
-            loops = _LOOP_MEMO.apply(loops, t)
-        return replace(self, root_extents=tuple(extents), root_starts=tuple(starts), loops=loops,
-                       region_guard_specs=tuple(region_guard_specs))
-
-
-class _LoopMemo:
-    """Loops derived once and shared: programs of one sketch differ in a few tile lengths,
-    so most of a replay derives loops some other program already derived. Loops are
-    immutable, so sharing them (and their loop variables) between States is safe. Entries
-    keep their key objects alive, so the ids in the keys stay theirs."""
-
-    def __init__(self, limit: int = 200_000):
-        self.limit = limit
-        self.entries: dict = {}
-
-    def _put(self, key, keep, value):
-        if len(self.entries) >= self.limit:
-            self.entries.clear()
-        self.entries[key] = (keep, value)
-        return value
-
-    def apply(self, loops: Loops, t: LoopTransform) -> Loops:
-        key = (id(loops), t)
-        hit = self.entries.get(key)
-        if hit is not None and hit[0] is loops:
-            return hit[1]
-        return self._put(key, loops, L.apply(loops, t))
-
-    def root(self, stage: "Stage", extents: tuple, starts: tuple) -> Loops:
-        from .simplify import structural_key
-        axes = stage.all_axes  # an rfactor gives the same op other axes: they are part of the key
-        key = ("root", id(stage.op), tuple(id(a) for a in axes), extents,
-               tuple(None if s is None else structural_key(s) for s in starts))
-        hit = self.entries.get(key)
-        if hit is not None and hit[0][0] is stage.op and hit[0][1] == axes:
-            return hit[1]
-        loops = L.root_loops([a.name for a in axes], [a.kind for a in axes], extents, starts)
-        return self._put(key, (stage.op, axes, starts), loops)
-
-
-_LOOP_MEMO = _LoopMemo()
-
-
-def make_stage(op: Operation, body=None, axes=None, reduce_axes=None, origin: str = "op") -> Stage:
-    if isinstance(op, PlaceholderOp):
-        return Stage(op, None, (), (), (), (), (), Loops((), (), ()))
-    assert isinstance(op, ComputeOp)
-    body = op.body if body is None else body
-    axes = tuple(op.axis) if axes is None else tuple(axes)
-    if reduce_axes is None:
-        reduce_axes = tuple(body.axes) if isinstance(body, E.Reduce) else ()
-    all_axes = axes + tuple(reduce_axes)
-    extents = tuple(a.extent for a in all_axes)
-    starts = tuple(None if a.lo == 0 else E.Const(a.lo, a.dtype) for a in all_axes)
-    loops = L.root_loops([a.name for a in all_axes], [a.kind for a in all_axes], extents, starts)
-    return Stage(op, body, axes, tuple(reduce_axes), extents, starts, (), loops, origin=origin)
+__all__ = ["State"]
 
 
 @dataclass(frozen=True, eq=False)
 class State:
     """A program: the DAG, its stages (in a valid computation order) and the steps that
-    made them from the naive program. Transform methods (``split``, ``fuse``, ``reorder``,
-    ``parallel``, ``vectorize``, ``unroll``, ``compute_at``, ``cache_write``, ... attached by
-    ``ir.steps``) take stages and iterators by name or index and return a new State.
+    made them from the naive program. The transform methods (``split``, ``fuse``,
+    ``reorder``, ``parallel``, ``vectorize``, ``unroll``, ``compute_at``, ``cache_write``,
+    ...) take stages and iterators by name or index, apply one step of ``ir.steps`` and
+    return a new State.
+
+    ``State.from_steps(dag, steps)`` is the one way to rebuild a program from its steps (a
+    log's records, a mutated gene list); ``key`` is its identity (a hash of the printed
+    loop nest, computed once): two States with the same key are the same program.
 
     Regions of attached stages are inferred lazily: a loop transform marks them stale and
     the first read of ``stages`` settles them, so that replaying a chain of steps infers
@@ -160,6 +38,7 @@ class State:
     raw_stages: tuple[Stage, ...]
     steps: tuple = ()
     bounds_stale: bool = False
+    _key: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def initial(cls, dag) -> "State":
@@ -171,11 +50,41 @@ class State:
             dag._initial_state = cached
         return cached
 
+    @classmethod
+    def from_steps(cls, dag, steps) -> "State":
+        """The program that ``steps`` (``ir.steps.Step`` objects or their JSON records) make
+        from the naive program of ``dag``, with its regions settled. Raises ``InvalidStep``
+        (and nothing else) when a step does not apply."""
+        state = cls.initial(dag)
+        for step in steps:
+            if not isinstance(step, S.Step):
+                try:
+                    step = S.Step.from_record(step)
+                except InvalidStep:
+                    raise
+                except LEAKS as err:
+                    raise leaked(step, err) from err
+            state = state.apply(step)
+        try:
+            state.stages  # an invalid attachment shows when the regions are inferred
+        except InvalidStep:
+            raise
+        except LEAKS as err:
+            raise leaked(state.steps[-1] if state.steps else "none", err) from err
+        return state
+
+    @property
+    def key(self) -> str:
+        """The program's identity: a hash of its printed loop nest (``str(state)``),
+        computed once. Deduplicates candidates, measured programs and records."""
+        if self._key is None:
+            object.__setattr__(self, "_key", hashlib.sha1(str(self).encode()).hexdigest()[:20])
+        return self._key
+
     @property
     def stages(self) -> tuple[Stage, ...]:
         """The stages with every attached stage's region up to date."""
         if self.bounds_stale:
-            from .bounds import reinfer
             settled = reinfer(State(self.dag, self.raw_stages, self.steps))
             object.__setattr__(self, "raw_stages", settled.raw_stages)
             object.__setattr__(self, "bounds_stale", False)
@@ -228,18 +137,97 @@ class State:
 
     # steps -------------------------------------------------------------------------------
     def apply(self, step) -> "State":
-        """Apply one step (see ``ir.steps``); returns the new State."""
-        return step.apply(self)
+        """Apply one step (see ``ir.steps``); returns the new State. A step that does not
+        apply raises ``InvalidStep``, whatever went wrong inside it."""
+        try:
+            return step.apply(self)
+        except InvalidStep:
+            raise
+        except LEAKS as err:
+            raise leaked(step, err) from err
 
     def replay(self) -> "State":
-        """Rebuild this program from the naive one and its steps alone."""
-        state = State.initial(self.dag)
-        for step in self.steps:
-            state = step.apply(state)
-        return state
+        """This program rebuilt from the naive one and its steps alone."""
+        return State.from_steps(self.dag, self.steps)
+
+    # builders: one step each, stages and iterators by name or index -------------------------
+    def _ids(self, stage, it=None):
+        sid = self.stage_index(stage)
+        if it is None:
+            return sid
+        return sid, self.raw_stages[sid].iter_index(it)
+
+    def split(self, stage, it, lengths, inner_to_outer: bool = True) -> "State":
+        """Split a loop into ``len(lengths) + 1`` loops (``lengths``: the inner parts, or the
+        outer ones when not ``inner_to_outer``)."""
+        sid, iid = self._ids(stage, it)
+        return self.apply(S.SplitStep(sid, iid, tuple(lengths), bool(inner_to_outer)))
+
+    def follow_split(self, stage, it, src_step_id: int, n_split: int) -> "State":
+        """Split a loop like split step ``src_step_id`` (its first ``n_split - 1`` lengths)."""
+        sid, iid = self._ids(stage, it)
+        return self.apply(S.FollowSplitStep(sid, iid, src_step_id, n_split))
+
+    def follow_fused_split(self, stage, it, src_step_ids, level: int, factor_or_nparts: bool) -> "State":
+        """Split a loop by the product of the ``level``-th lengths of several split steps."""
+        sid, iid = self._ids(stage, it)
+        return self.apply(S.FollowFusedSplitStep(sid, iid, tuple(src_step_ids), level, bool(factor_or_nparts)))
+
+    def fuse(self, stage, iters) -> "State":
+        """Fuse consecutive loops into one."""
+        sid = self._ids(stage)
+        return self.apply(S.FuseStep(sid, tuple(self.raw_stages[sid].iter_index(i) for i in iters)))
+
+    def reorder(self, stage, order) -> "State":
+        """Put a stage's loops in this order (all of them)."""
+        sid = self._ids(stage)
+        return self.apply(S.ReorderStep(sid, tuple(self.raw_stages[sid].iter_index(i) for i in order)))
+
+    def annotate(self, stage, it, annotation: str) -> "State":
+        """Mark a loop "parallel", "vectorize", "unroll" (or "none")."""
+        sid, iid = self._ids(stage, it)
+        return self.apply(S.AnnotationStep(sid, iid, annotation))
+
+    def parallel(self, stage, it) -> "State":
+        return self.annotate(stage, it, "parallel")
+
+    def vectorize(self, stage, it) -> "State":
+        return self.annotate(stage, it, "vectorize")
+
+    def unroll(self, stage, it) -> "State":
+        return self.annotate(stage, it, "unroll")
+
+    def pragma_auto_unroll(self, stage, auto_unroll_max_step: int) -> "State":
+        """Unroll the stage's loop nests of at most this many iterations."""
+        return self.apply(S.PragmaStep(self._ids(stage), int(auto_unroll_max_step)))
+
+    def compute_at(self, stage, target, it) -> "State":
+        """Compute a stage inside loop ``it`` of ``target`` (a stage that reads it)."""
+        sid = self._ids(stage)
+        tid, iid = self._ids(target, it)
+        return self.apply(S.ComputeAtStep(sid, tid, iid))
+
+    def compute_inline(self, stage) -> "State":
+        return self.apply(S.ComputeInlineStep(self._ids(stage)))
+
+    def compute_root(self, stage) -> "State":
+        return self.apply(S.ComputeRootStep(self._ids(stage)))
+
+    def cache_write(self, stage, scope: str = "local") -> "State":
+        """Compute a stage into a new buffer ``NAME.scope``, copied to the original."""
+        return self.apply(S.CacheWriteStep(self._ids(stage), scope))
+
+    def cache_read(self, stage, scope: str, readers) -> "State":
+        """Copy a tensor into ``NAME.scope``, which ``readers`` read instead."""
+        sid = self._ids(stage)
+        return self.apply(S.CacheReadStep(sid, scope, tuple(self.stage_index(r) for r in readers)))
+
+    def rfactor(self, stage, it, factor_iter_id: int) -> "State":
+        """Factor a reduction over loop ``it`` into a new stage ``NAME.rf``."""
+        sid, iid = self._ids(stage, it)
+        return self.apply(S.RfactorStep(sid, iid, factor_iter_id))
 
     def __str__(self) -> str:
-        from .state_printer import state_str
         return state_str(self)
 
     __repr__ = __str__

@@ -7,10 +7,12 @@ duties: ``apply(state)`` (validate, then build the new State), ``record()`` / ``
 Checklist for adding a step:
 1. a frozen dataclass subclass of ``Step`` with a unique ``TAG``; its fields are ints,
    strings and tuples only (so records round-trip);
-2. ``apply``: validate with ``check(cond, message)`` (raises ``InvalidStep``), build the new
-   State with ``_finish(state, self)``; if it adds a stage, renumber with ``_insert_stage``;
-   if it changes a stage's loops, go through ``_loop_change`` so attached stages follow;
-3. a builder in ``BUILDERS`` (``state.NAME(...)`` taking names or indices);
+2. ``apply``: validate with ``check(cond, message)`` (raises ``InvalidStep``; anything else
+   it leaks, ``State.apply`` turns into ``InvalidStep`` too), build the new State with
+   ``_finish(state, self)``; if it adds a stage, say where and under what name in
+   ``added_stage`` and renumber with ``_insert_stage`` there; if it changes a stage's
+   loops, go through ``_loop_change`` so attached stages follow;
+3. a builder method on ``State`` (``ir/state.py``: ``state.NAME(...)`` taking names or indices);
 4. a test that applies it, compiles the program and compares with numpy, and a
    record/replay round trip (tests/ir/test_steps.py).
 """
@@ -20,11 +22,16 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
+from typing import TYPE_CHECKING
+
 from . import expr as E
 from .bounds import scope_stages
-from .loops import InvalidStep, LoopTransform, check, position_map
-from .state import State, make_stage
+from .loops import LoopTransform, check, position_map
+from .stage import make_stage
 from .tensor import ComputeOp
+
+if TYPE_CHECKING:
+    from .state import State
 
 STEP_TYPES: dict[str, type] = {}
 
@@ -39,6 +46,12 @@ class Step:
 
     def apply(self, state: State) -> State:
         raise NotImplementedError
+
+    def added_stage(self) -> tuple[int, str] | None:
+        """For a step that adds a stage: (the index it goes to, the suffix of its name after
+        the name of stage ``stage_id``), so that stage ids can be followed through steps
+        without replaying them (``stage_names_along``); None for the others."""
+        return None
 
     def record(self) -> list:
         return [self.TAG] + [_to_json(getattr(self, f.name)) for f in _recorded(type(self))]
@@ -97,12 +110,26 @@ def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> S
     new = st.with_transform(t)
     state = state.with_stage(stage_id, new)
     if t.kind != "annotate":
-        moved = position_map(t, len(st.iters))
+        moved = position_map(t)
         for child in state.attached_to(stage_id):
             cst = state.raw_stages[child]
             state = state.with_stage(child, replace(cst, attach=(stage_id, moved(cst.attach[1]))))
         state = replace(state, bounds_stale=True)
     return _finish(state, step)
+
+
+def stage_names_along(dag, steps) -> list[str | None]:
+    """The name of the stage each step names (its ``stage_id``) when it applies, from the
+    steps alone: stage ids shift as steps add stages (None for an id out of range)."""
+    names = [op.name for op in dag.ops]
+    out: list[str | None] = []
+    for step in steps:
+        sid = step.stage_id
+        out.append(names[sid] if 0 <= sid < len(names) else None)
+        added = step.added_stage()
+        if added is not None and out[-1] is not None:
+            names.insert(added[0], f"{out[-1]}.{added[1]}")
+    return out
 
 
 def _insert_stage(state: State, index: int, stage) -> State:
@@ -338,13 +365,16 @@ class CacheWriteStep(Step):
     def apply(self, state):
         st = _fresh_stage_check(state, self.stage_id, "cache_write")
         op = st.op
-        cache_op = ComputeOp(f"{op.name}.{self.scope}", op.shape, op.dtype, st.axes, st.body, op.tag, op.attrs)
+        cache_op = ComputeOp(f"{op.name}.{self.added_stage()[1]}", op.shape, op.dtype, st.axes, st.body, op.tag, op.attrs)
         copy_body = cache_op.output[tuple(st.axes)]
         new_main = replace(make_stage(op, body=copy_body, axes=st.axes, reduce_axes=()),
                            origin=st.origin, auto_unroll_max_step=st.auto_unroll_max_step)
         state = state.with_stage(self.stage_id, new_main)
-        state = _insert_stage(state, self.stage_id, make_stage(cache_op, origin="cache_write"))
+        state = _insert_stage(state, self.added_stage()[0], make_stage(cache_op, origin="cache_write"))
         return _finish(state, self)
+
+    def added_stage(self) -> tuple[int, str]:
+        return self.stage_id, self.scope
 
 
 @dataclass(frozen=True)
@@ -367,7 +397,7 @@ class CacheReadStep(Step):
                                 f"(its readers are {[state.stages[x].name for x in readers]})")
         tensor = st.op.output
         axes = tuple(E.IterVar(f"ax{d}", 0, n, "space") for d, n in enumerate(tensor.shape))
-        cache_op = ComputeOp(f"{st.name}.{self.scope}", tensor.shape, tensor.dtype, axes, tensor[axes],
+        cache_op = ComputeOp(f"{st.name}.{self.added_stage()[1]}", tensor.shape, tensor.dtype, axes, tensor[axes],
                              "cache_read", {})
         cache_tensor = cache_op.output
 
@@ -379,8 +409,11 @@ class CacheReadStep(Step):
         for r in self.reader_stage_ids:
             rs = state.stages[r]
             state = state.with_stage(r, replace(rs, body=E.transform(rs.body, redirect)))
-        state = _insert_stage(state, self.stage_id + 1, make_stage(cache_op, origin="cache_read"))
+        state = _insert_stage(state, self.added_stage()[0], make_stage(cache_op, origin="cache_read"))
         return _finish(state, self)
+
+    def added_stage(self) -> tuple[int, str]:
+        return self.stage_id + 1, self.scope
 
 
 @dataclass(frozen=True)
@@ -432,7 +465,7 @@ class RfactorStep(Step):
             rf_body = source if cond is None else E.Select(cond, source, body.identity())
         op = st.op
         rf_shape = tuple(a.extent for a in new_space)
-        rf_op = ComputeOp(f"{op.name}.rf", rf_shape, op.dtype, tuple(new_space), rf_body, op.tag, op.attrs)
+        rf_op = ComputeOp(f"{op.name}.{self.added_stage()[1]}", rf_shape, op.dtype, tuple(new_space), rf_body, op.tag, op.attrs)
         r = E.IterVar(f"{factor.name.replace('.', '_')}_v", 0, factor.extent, "reduce")
         idx = list(st.axes)
         idx.insert(self.factor_iter_id, r)
@@ -440,94 +473,12 @@ class RfactorStep(Step):
         new_main = replace(make_stage(op, body=main_body, axes=st.axes, reduce_axes=(r,)), origin=st.origin,
                            auto_unroll_max_step=st.auto_unroll_max_step)
         state = state.with_stage(self.stage_id, new_main)
-        state = _insert_stage(state, self.stage_id, make_stage(rf_op, origin="rfactor"))
+        state = _insert_stage(state, self.added_stage()[0], make_stage(rf_op, origin="rfactor"))
         return _finish(state, self)
 
-
-# builders: state.split(...), state.fuse(...), ... taking names or indices ---------------------
-
-def _ids(state: State, stage, it=None):
-    sid = state.stage_index(stage)
-    if it is None:
-        return sid
-    return sid, state.raw_stages[sid].iter_index(it)
+    def added_stage(self) -> tuple[int, str]:
+        return self.stage_id, "rf"
 
 
-def _split(state, stage, it, lengths, inner_to_outer=True):
-    sid, iid = _ids(state, stage, it)
-    return SplitStep(sid, iid, tuple(lengths), bool(inner_to_outer)).apply(state)
-
-
-def _follow_split(state, stage, it, src_step_id, n_split):
-    sid, iid = _ids(state, stage, it)
-    return FollowSplitStep(sid, iid, src_step_id, n_split).apply(state)
-
-
-def _follow_fused_split(state, stage, it, src_step_ids, level, factor_or_nparts):
-    sid, iid = _ids(state, stage, it)
-    return FollowFusedSplitStep(sid, iid, tuple(src_step_ids), level, bool(factor_or_nparts)).apply(state)
-
-
-def _fuse(state, stage, iters):
-    sid = _ids(state, stage)
-    ids = tuple(state.raw_stages[sid].iter_index(i) for i in iters)
-    return FuseStep(sid, ids).apply(state)
-
-
-def _reorder(state, stage, order):
-    sid = _ids(state, stage)
-    st = state.raw_stages[sid]
-    ids = tuple(st.iter_index(i) for i in order)
-    return ReorderStep(sid, ids).apply(state)
-
-
-def _annotate(annotation):
-    def build(state, stage, it):
-        sid, iid = _ids(state, stage, it)
-        return AnnotationStep(sid, iid, annotation).apply(state)
-    return build
-
-
-def _pragma(state, stage, auto_unroll_max_step):
-    return PragmaStep(_ids(state, stage), int(auto_unroll_max_step)).apply(state)
-
-
-def _compute_at(state, stage, target, it):
-    sid = _ids(state, stage)
-    tid, iid = _ids(state, target, it)
-    return ComputeAtStep(sid, tid, iid).apply(state)
-
-
-def _cache_read(state, stage, scope, readers):
-    sid = _ids(state, stage)
-    return CacheReadStep(sid, scope, tuple(state.stage_index(r) for r in readers)).apply(state)
-
-
-def _rfactor(state, stage, it, factor_iter_id):
-    sid, iid = _ids(state, stage, it)
-    return RfactorStep(sid, iid, factor_iter_id).apply(state)
-
-
-BUILDERS = {
-    "split": _split,
-    "follow_split": _follow_split,
-    "follow_fused_split": _follow_fused_split,
-    "fuse": _fuse,
-    "reorder": _reorder,
-    "parallel": _annotate("parallel"),
-    "vectorize": _annotate("vectorize"),
-    "unroll": _annotate("unroll"),
-    "pragma_auto_unroll": _pragma,
-    "compute_at": _compute_at,
-    "compute_inline": lambda state, stage: ComputeInlineStep(_ids(state, stage)).apply(state),
-    "compute_root": lambda state, stage: ComputeRootStep(_ids(state, stage)).apply(state),
-    "cache_write": lambda state, stage, scope="local": CacheWriteStep(_ids(state, stage), scope).apply(state),
-    "cache_read": _cache_read,
-    "rfactor": _rfactor,
-}
-
-for _name, _builder in BUILDERS.items():
-    setattr(State, _name, _builder)
-
-__all__ = ["Step", "InvalidStep", "BUILDERS", "STEP_TYPES", "steps_to_json", "steps_from_json"] + \
+__all__ = ["Step", "STEP_TYPES", "steps_to_json", "steps_from_json", "stage_names_along"] + \
     [cls.__name__ for cls in STEP_TYPES.values()]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from typing import Callable, Sequence
+from typing import Callable
 
 from . import dtype as dt
 from . import expr as E
@@ -205,15 +205,3 @@ def compute(shape, fcompute: Callable, name: str | None = None, tag: str = "",
             if id(ax) in seen:
                 raise ValueError(f"compute '{name}': axis '{ax.name}' is both a space and a reduce axis")
     return ComputeOp(name, shape, body.dtype, axis, body, tag, attrs).output
-
-
-def input_tensors_of(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """All placeholders reachable from ``tensors``, in first-seen order."""
-    seen: dict[int, Tensor] = {}
-    stack = list(tensors)
-    while stack:
-        t = stack.pop()
-        if isinstance(t.op, PlaceholderOp):
-            seen.setdefault(id(t), t)
-        stack.extend(t.op.input_tensors)
-    return list(seen.values())

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import struct
 
+from .expr import MATH_FUNCS
+
 __all__ = ["SUPPORTED", "math_function"]
 
-SUPPORTED = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "pow", "floor", "ceil", "abs")
+#: every math function of the language has a vector implementation
+SUPPORTED = MATH_FUNCS
 
 _DTYPES = {"float32": "f32", "float64": "f64"}
 _LANES = (1, 2, 4, 8, 16)

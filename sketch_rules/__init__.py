@@ -6,7 +6,7 @@ from .cpu_rules import (AddCacheReadPack, AddCacheWrite, AddRfactor, AlwaysInlin
 from .gpu_rules import AddCacheReadShared, CrossThreadReduction, gpu_rules
 from .generate import generate_sketches, register_sketch_rule, rules_for, unregister_sketch_rule
 from .annotation import (ChangeComputeLocation, FillTileSize, InitRule, Parallel, Unroll, Vectorize,
-                         compute_location_candidates, compute_location_choices, cpu_init_rules, factorizations,
-                         init_rules_for, sample_programs)
+                         compute_location_candidates, compute_location_choices, cpu_init_rules, factorizations)
 from .gpu_annotation import CheckGPULimits, FillTileSizeGPU, InitThreadBind, gpu_init_rules
+from .sampling import init_rules_for, sample_programs
 from .tiling import follow_tiling, multi_level_tiling

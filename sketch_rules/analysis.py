@@ -5,7 +5,6 @@ from __future__ import annotations
 import ir
 from ir import expr as E
 from ir.bounds import expand_reads
-from ir.dag import EXPENSIVE_CALLS, reads_have_reuse
 
 
 def is_output(state: ir.State, stage_id: int) -> bool:
@@ -14,11 +13,12 @@ def is_output(state: ir.State, stage_id: int) -> bool:
 
 
 def is_strict_inlinable(state: ir.State, stage_id: int) -> bool:
-    """Injective, no reduction, no expensive math: inlining it costs nothing."""
+    """Injective, no reduction, no expensive math: inlining it into its consumers costs
+    nothing and removes a buffer (Ansor's AlwaysInline condition)."""
     st = state.stages[stage_id]
     if st.is_placeholder or st.reduce_axes:
         return False
-    return not any(isinstance(e, E.Call) and e.func in EXPENSIVE_CALLS for e in E.walk(st.body))
+    return not any(isinstance(e, E.Call) and e.func in E.TRANSCENDENTAL_FUNCS for e in E.walk(st.body))
 
 
 def should_always_inline(state: ir.State, stage_id: int) -> bool:
@@ -37,6 +37,19 @@ def needs_multi_level_tiling(state: ir.State, stage_id: int) -> bool:
     reads = [expand_reads(state, st.body, s.op.output) for s in state.stages
              if s.compute_at != "inline" and s is not st]
     return reads_have_reuse([r for r in reads if r], st.axes, bool(st.reduce_axes))
+
+
+def reads_have_reuse(reads_per_tensor, axes, reduces: bool) -> bool:
+    """TVM's data-reuse rule over the index tuples with which each input tensor is read:
+    two tensors each miss a space axis, or one does and the op reduces."""
+    n_missing = 0
+    for accesses in reads_per_tensor:
+        used = {id(v) for indices in accesses for i in indices for v in E.free_vars(i)}
+        if any(id(ax) not in used for ax in axes):
+            n_missing += 1
+        if n_missing >= 2 or (n_missing >= 1 and reduces):
+            return True
+    return False
 
 
 def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
@@ -61,10 +74,6 @@ def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
 def has_cache_write_stage(state: ir.State, stage_id: int) -> bool:
     """Whether this stage is the cache of a cache_write (its consumer is the original)."""
     return state.stages[stage_id].origin == "cache_write"
-
-
-def has_rfactor_stage(state: ir.State, stage_id: int) -> bool:
-    return stage_id > 0 and state.stages[stage_id - 1].origin == "rfactor"
 
 
 def space_and_reduce_length(state: ir.State, stage_id: int) -> tuple[int, int]:

@@ -63,7 +63,7 @@ class FillTileSize(InitRule):
                 extent = current.stages[step.stage_id].iters[step.iter_id].extent
                 schemes = factorizations(extent, len(step.lengths), limit)
                 step = replace(step, lengths=schemes[int(rng.integers(len(schemes)))])
-            current = step.apply(current)
+            current = current.apply(step)
         return current
 
 
@@ -222,35 +222,3 @@ class Vectorize(InitRule):
 def cpu_init_rules() -> list[InitRule]:
     """Ansor's initial-population rules for CPU, in order."""
     return [FillTileSize(), ChangeComputeLocation(), Parallel(), Unroll(), Vectorize()]
-
-
-def init_rules_for(target_kind: str) -> list[InitRule]:
-    """The initial-population rules of a target kind ("cpu" or "gpu")."""
-    if target_kind == "gpu":
-        from .gpu_annotation import gpu_init_rules
-        return gpu_init_rules()
-    return cpu_init_rules()
-
-
-def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: np.random.Generator,
-                    init_rules=None, max_tries: int | None = None, target_kind: str | None = None) -> list[ir.State]:
-    """Up to ``n`` unique random programs (unique by printed text): pick a sketch at
-    random, apply every init rule (by default those of the task's target kind); samples
-    a rule rejects are dropped."""
-    if not sketches:
-        raise ValueError("sample_programs: no sketches to sample from")
-    ctx = SketchContext(task, target_kind or task.target_kind)
-    rules = init_rules if init_rules is not None else init_rules_for(ctx.target_kind)
-    out: dict[str, ir.State] = {}
-    tries = 0
-    max_tries = max_tries if max_tries is not None else 20 * n + 50
-    while len(out) < n and tries < max_tries:
-        tries += 1
-        state = sketches[int(rng.integers(len(sketches)))]
-        try:
-            for rule in rules:
-                state = rule.apply(ctx, state, rng)
-        except ir.InvalidStep:
-            continue
-        out.setdefault(str(state), state)
-    return list(out.values())

@@ -67,7 +67,7 @@ def generate_sketches(task: ir.SearchTask, rules=None, target_kind: str | None =
         nxt = []
         for state, stage_id in now:
             if stage_id < 0:
-                sketches.setdefault(str(state), state)
+                sketches.setdefault(state.key, state)
                 continue
             for rule in rules:
                 cond = rule.condition(ctx, state, stage_id)

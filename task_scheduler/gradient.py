@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-#: Ansor's defaults (REFERENCE.md): trust in the backward difference, in the similarity
+#: Ansor's defaults (the paper's section 6 and TVM's TaskScheduler): trust in the backward difference, in the similarity
 #: guess, and the backward window in rounds
 ALPHA, BETA, BACKWARD_WINDOW, EPS_GREEDY = 0.2, 2.0, 3, 0.05
 #: the cost of a task without any valid program (as the measurer's MAX_COST)

@@ -1,9 +1,11 @@
 """``TaskScheduler``: which task gets the next round of search when many are tuned at once.
 
-A round of task i is ``policy.next_batch(measure_batch)``, ``measurer.measure(task, states)``,
-``policy.update(states, costs)``, then the task's best latency ``measurer.best_cost(task)``.
-The policies and the measurer are handed in (the dependency rule: this package does not
-import ``autosched``); anything with those methods will do, e.g. a fake measurer in tests.
+A round of task i (``tune_task``, the one tuning round of autosched: tuning one
+computation is a scheduler with one task) is ``policy.next_batch(measure_batch)``,
+``measurer.measure(task, states)``, ``policy.update(states, costs)``, then the task's best
+latency ``measurer.best_cost(task)``. The policies and the measurer are handed in (the
+dependency rule: this package does not import ``autosched``); anything with those methods
+will do, e.g. a fake measurer in tests.
 
 Strategies: "gradient" (Ansor: one warm-up pass of round robin, then the task with the
 largest |∂f/∂t_i| by the gradient approximation in ``gradient``, ε-greedy) and
@@ -78,11 +80,16 @@ class TaskScheduler:
         self.trials = [0] * n
         self.last_improved = [0] * n
         self.dead = [False] * n
+        #: seconds spent on each task: proposing programs ("search"), measuring them
+        #: ("measure"), and of the latter compiling ("build") and running ("run") them,
+        #: summed over the measurement's workers
+        self.seconds = [dict.fromkeys(("search", "measure", "build", "run"), 0.0) for _ in range(n)]
         # the run
         self.total_trials = 0           # measured in this session
         self.choices: list[int] = []    # the task of each round, in order
         self.curve: list[dict] = []     # after each round: trials, seconds, objective, network latencies
         self.stop_reason = ""
+        self.measurer = None            # the measurer of the running ``tune`` (for callbacks)
         self._rr_next = 0
         self._start = time.perf_counter()
 
@@ -169,11 +176,18 @@ class TaskScheduler:
         """One round of task i: up to ``n`` new programs measured; returns how many. A task
         whose policy proposes nothing is retired."""
         task = self.tasks[i]
+        t0 = time.perf_counter()
         states = policy.next_batch(n)
+        t1 = time.perf_counter()
+        self.seconds[i]["search"] += t1 - t0
         if not states:
             self.dead[i] = True
             return 0
         results = measurer.measure(task, states)
+        seconds = self.seconds[i]
+        seconds["measure"] += time.perf_counter() - t1
+        seconds["build"] += sum(getattr(r, "build_time", 0.0) for r in results)
+        seconds["run"] += sum(getattr(r, "run_time", 0.0) for r in results)
         policy.update(states, [r.mean_cost if r.ok else None for r in results])
         self.record_round(i, measurer.best_cost(task), len(states))
         return len(states)
@@ -188,6 +202,7 @@ class TaskScheduler:
         if trials < 0 or measure_batch < 1:
             raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
         self._start = time.perf_counter()
+        self.measurer = measurer
         for cb in self.callbacks:
             if hasattr(cb, "on_start"):
                 cb.on_start(self)

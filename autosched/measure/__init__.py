@@ -8,15 +8,14 @@
 - ``ProgramMeasurer``: the object a search policy calls once per round
   (``measure(task, states) -> list[MeasureResult]``), with records, the best program so
   far, deduplication, error counts and the early stop of all-error runs.
-- ``WorkerPool``: the isolated worker processes behind both (a crashed or hung worker is
-  killed and replaced); any ``concurrent.futures.Executor`` can be used instead.
+Both run in ``autosched.workers.WorkerPool``s (isolated processes under a memory limit; a
+crashed or hung worker is killed and replaced) or in any ``concurrent.futures.Executor``.
+Results go to the callers through callbacks (the tuning log is one, ``autosched.records``).
 """
-from .common import MAX_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, program_key
-from .pool import WorkerCrashed, WorkerPool, WorkerTimeout
+from .common import MAX_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult
 from .builder import LocalBuilder
 from .runner import LocalRunner
 from .measurer import ProgramMeasurer, TooManyMeasureErrors
 
-__all__ = ["MAX_COST", "BuildResult", "MeasureErrorNo", "MeasureInput", "MeasureResult", "program_key",
-           "WorkerPool", "WorkerCrashed", "WorkerTimeout", "LocalBuilder", "LocalRunner", "ProgramMeasurer",
-           "TooManyMeasureErrors"]
+__all__ = ["MAX_COST", "BuildResult", "MeasureErrorNo", "MeasureInput", "MeasureResult",
+           "LocalBuilder", "LocalRunner", "ProgramMeasurer", "TooManyMeasureErrors"]

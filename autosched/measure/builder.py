@@ -7,8 +7,8 @@ from concurrent.futures import BrokenExecutor, Executor
 
 from .common import BuildResult, MeasureErrorNo, MeasureInput, short
 from .executors import collect, submit, task_payload
-from .jobs import build_job
-from .pool import WorkerCrashed, WorkerPool, WorkerTimeout
+from .jobs import WORKER_PRELOAD, build_job
+from ..workers import WorkerCrashed, WorkerPool, WorkerTimeout, memory_share
 
 
 class LocalBuilder:
@@ -19,12 +19,16 @@ class LocalBuilder:
     the builder's own ``WorkerPool`` (whose workers are fresh interpreters, never forks,
     killed and replaced when a build crashes or hangs). With another executor, isolation
     and killing are that executor's business; a build pending ``timeout`` seconds after the
-    last one finished counts as timed out."""
+    last one finished counts as timed out. ``memory_limit``: bytes each worker of its own
+    pool may allocate ("auto": half this machine's memory shared among them; None: no
+    limit); a build needing more is a compile error, never the machine's memory."""
 
-    def __init__(self, timeout: float = 15.0, n_parallel: int | None = None, executor: Executor | None = None):
+    def __init__(self, timeout: float = 15.0, n_parallel: int | None = None, executor: Executor | None = None,
+                 memory_limit: int | None | str = "auto"):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds (or None), got {timeout!r}")
         self.timeout = timeout
+        self.memory_limit = memory_limit
         self.n_parallel = n_parallel or os.cpu_count() or 1
         self._own = executor is None
         self._executor = executor
@@ -32,7 +36,9 @@ class LocalBuilder:
     @property
     def executor(self) -> Executor:
         if self._executor is None:
-            self._executor = WorkerPool(self.n_parallel, timeout=self.timeout, name="autosched-builder")
+            limit = memory_share(self.n_parallel) if self.memory_limit == "auto" else self.memory_limit
+            self._executor = WorkerPool(self.n_parallel, timeout=self.timeout, name="autosched-builder",
+                                        preload=WORKER_PRELOAD, memory_limit=limit)
         return self._executor
 
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
@@ -42,7 +48,7 @@ class LocalBuilder:
         for inp in inputs:
             key, payload = task_payload(inp.task)
             futures.append(submit(executor, self.timeout, build_job, key, payload, inp.step_records(),
-                                  bool(inp.task.layout_rewrite), getattr(inp, "fault", None) or None))
+                                  bool(inp.task.layout_rewrite), inp.hook))
         results: list[BuildResult | None] = [None] * len(inputs)
 
         def done(i, future):

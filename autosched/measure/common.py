@@ -5,7 +5,6 @@ costs ``MAX_COST`` seconds (1e10), as in Ansor, so that sorting by cost just wor
 """
 from __future__ import annotations
 
-import hashlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -46,20 +45,22 @@ _LABELS = {
 }
 
 
-def program_key(state) -> str:
-    """The deduplication key of a program: a hash of ``str(state)`` (two States that print
-    the same loop nest are the same program)."""
-    return hashlib.sha1(str(state).encode()).hexdigest()[:20]
-
-
 @dataclass(frozen=True, eq=False)
 class MeasureInput:
-    """One program to measure: a ``SearchTask`` and a ``State`` of its DAG."""
+    """One program to measure: a ``SearchTask`` and a ``State`` of its DAG.
+
+    ``hook`` (for tests of the harness): an object sent to the worker processes whose
+    ``build(state)`` is called before the program is compiled and whose
+    ``call(kernel, args, outputs)`` runs the checked call in place of ``kernel(*args)``;
+    it must pickle and be importable there. An input with a hook is another program."""
     task: object
     state: object
+    hook: object = None
 
-    def program_key(self) -> str:
-        return program_key(self.state)
+    @property
+    def key(self) -> str:
+        """The program's identity (``State.key``), which deduplicates measurements."""
+        return self.state.key if self.hook is None else f"{self.state.key}:{self.hook!r}"
 
     def step_records(self) -> list:
         """The state as JSON-able step records (what crosses to worker processes)."""

@@ -8,7 +8,7 @@ import weakref
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from .pool import WorkerPool
+from ..workers import WorkerPool
 
 _payloads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

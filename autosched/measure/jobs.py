@@ -22,13 +22,14 @@ import ir
 from ir.codegen import generate
 from ir.lower import lower
 from ir.runtime import compile_object, load_kernel, native_timer
-from ir.steps import Step
 
 from .common import MeasureErrorNo, short
 from .verify import DEFAULT_SEED, Reference, compare, compute_reference, output_buffers, random_inputs
 
 #: the symbol every measured program is compiled under
 KERNEL_NAME = "measured_kernel"
+#: what measurement workers import before they take jobs
+WORKER_PRELOAD = ("numpy", "ir", "autosched.measure.jobs")
 
 _tasks: "OrderedDict[str, object]" = OrderedDict()
 _references: "OrderedDict[tuple, Reference]" = OrderedDict()
@@ -54,14 +55,6 @@ def task_of(task_key: str, task_payload: bytes):
     return task
 
 
-def replay(dag, step_records) -> "ir.State":
-    """The program of ``step_records`` on ``dag`` (raises on an invalid step)."""
-    state = dag.init_state()
-    for rec in step_records:
-        state = Step.from_record(rec).apply(state)
-    return state
-
-
 def _elapsed(t0: float) -> float:
     return time.perf_counter() - t0
 
@@ -77,18 +70,18 @@ def _describe(exc: BaseException) -> str:
 # building ------------------------------------------------------------------------------
 
 def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rewrite: bool,
-              fault: str | None = None) -> dict:
-    """Replay, lower, generate and compile one program to a native object."""
+              hook=None) -> dict:
+    """Replay, lower, generate and compile one program to a native object (``hook``: see
+    ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
     try:
-        state = replay(task.dag, step_records)
-    except Exception as exc:
+        state = ir.State.from_steps(task.dag, step_records)
+    except ir.InvalidStep as exc:
         return _error(MeasureErrorNo.INSTANTIATION_ERROR, f"the steps do not replay: {type(exc).__name__}: {exc}", t0)
     try:
-        if fault and fault.startswith("build:"):
-            from .testing import inject_build_fault
-            inject_build_fault(fault)
+        if hook is not None:
+            hook.build(state)
         if task.target_kind == "gpu":  # the cuda target: PTX (and a cubin) with its launch plan
             from .cuda import build_cuda_object
             obj, layouts = build_cuda_object(task, state, KERNEL_NAME), {}
@@ -202,8 +195,9 @@ def _cv(costs: list) -> float:
 
 
 def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: dict,
-            opts: RunOptions, reference_path: str | None, fault: str | None = None) -> dict:
-    """Load a compiled program, run it once and check its outputs, then time it."""
+            opts: RunOptions, reference_path: str | None, hook=None) -> dict:
+    """Load a compiled program, run it once and check its outputs, then time it
+    (``hook``: see ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
     dag = task.dag
@@ -227,13 +221,12 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
             args.append(kernel.pack(t.name, a) if t.name in kernel.layouts else a.copy())
         else:
             args.append(next(outs))
-    call = kernel
-    if fault and fault.startswith("run:"):
-        from .testing import faulty_call
-        call = faulty_call(fault, kernel, outputs)
     try:
         t1 = time.perf_counter()
-        call(*args)
+        if hook is None:
+            kernel(*args)
+        else:
+            hook.call(kernel, args, outputs)
         kernel_time = _elapsed(t1)
     except Exception as exc:
         return _error(MeasureErrorNo.RUNTIME_DEVICE, f"the program raised: {_describe(exc)}", t0)

@@ -1,18 +1,23 @@
 """``ProgramMeasurer``: what a search policy calls once per round with a batch of States.
 
 It builds (``LocalBuilder``), runs (``LocalRunner``), hands every result to the callbacks
-as soon as it is ready (``RecordToFile`` writes it to the log), and keeps what the search
-needs between rounds: the best cost and State of each workload, the programs already
-measured (so that none is measured twice, also across a resumed run), error counts by kind
-for the progress display, and the early-stop rule for runs where everything fails.
+as soon as it is ready (the tuning log, ``autosched.records.RecordToFile``, is one), and
+keeps what the search needs between rounds: the best cost and State of each workload, the
+programs already measured (so that none is measured twice, also across a resumed run:
+earlier results come in as ``preloaded`` records), error counts by kind for the progress
+display, and the early-stop rule for runs where everything fails. It knows nothing of log
+files: the history sits above measurement and talks to it through those two doors.
 """
 from __future__ import annotations
 
 import collections
-import os
+import heapq
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass, field
+
+import ir
 
 from .builder import LocalBuilder
 from .common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult
@@ -35,7 +40,9 @@ class _Workload:
     results: dict = field(default_factory=dict)      # program key -> MeasureResult
     best_cost: float = MAX_COST
     best_state: object = None                         # a State, or None
-    best_steps: tuple | None = None                   # step records of a loaded best, replayed on demand
+    #: valid preloaded results not yet replayed, a heap of (cost, order, step records): the
+    #: fastest that replays on the task's DAG becomes the best when the task is first seen
+    loaded: list = field(default_factory=list)
     measured: int = 0                                 # measured in this session
 
 
@@ -58,11 +65,12 @@ class ProgramMeasurer:
 
     ``builder``/``runner``: default ``LocalBuilder()``/``LocalRunner()``. ``callbacks``:
     callables ``cb(measure_input, measure_result)`` called as each result is ready; one with
-    a ``flush()`` method has it called after each batch. ``log_file``: resume from this
-    tuning log if it exists (its programs are not measured again) and append every new
-    record to it. ``max_consecutive_errors``: raise ``TooManyMeasureErrors`` after a batch
-    once this many measurements in a row have failed (0: never). ``verbose``: 1 prints one
-    line per batch.
+    a ``flush()`` method has it called after each batch, one with ``close()`` at ``close``
+    (``autosched.records.RecordToFile`` appends each to a tuning log). ``preloaded``:
+    results measured before, as records (see ``load``): their programs are not measured
+    again and their best is the best so far. ``max_consecutive_errors``: raise
+    ``TooManyMeasureErrors`` after a batch once this many measurements in a row have failed
+    (0: never). ``verbose``: 1 prints one line per batch.
 
     ``max_slowdown``: once a workload has a valid program, a new one is stopped (a
     ``RUN_TIMEOUT``) when it runs longer than checking and timing a program this many times
@@ -75,7 +83,7 @@ class ProgramMeasurer:
     TIMEOUT_OVERHEAD_S = 2.0
 
     def __init__(self, builder: LocalBuilder | None = None, runner: LocalRunner | None = None,
-                 callbacks=(), log_file=None, max_consecutive_errors: int = 64, verbose: int = 0,
+                 callbacks=(), preloaded=(), max_consecutive_errors: int = 64, verbose: int = 0,
                  max_slowdown: float | None = 30.0):
         if max_slowdown is not None and max_slowdown < 1:
             raise ValueError(f"max_slowdown must be >= 1 (or None), got {max_slowdown!r}")
@@ -88,14 +96,10 @@ class ProgramMeasurer:
         self.error_counts: collections.Counter = collections.Counter()   # MeasureErrorNo -> count
         self._messages: collections.Counter = collections.Counter()      # (error_no, first line) -> count
         self.n_measured = 0          # programs measured in this session
-        self.n_loaded = 0            # records loaded from logs
+        self.n_loaded = 0            # results preloaded (earlier measurements)
         self.consecutive_errors = 0
         self._workloads: dict[tuple[str, str], _Workload] = {}
-        if log_file is not None:
-            from ..records import RecordToFile
-            if os.path.exists(log_file) and os.path.getsize(log_file) > 0:
-                self.load(log_file)
-            self.callbacks.append(RecordToFile(log_file))
+        self.load(preloaded)
 
     # what the search asks ----------------------------------------------------------------
     def _workload(self, task) -> _Workload:
@@ -103,36 +107,39 @@ class ProgramMeasurer:
         w = self._workloads.get(ident)
         if w is None:
             w = self._workloads[ident] = _Workload()
+        if w.loaded:
+            self._settle(task, w)
         return w
 
+    def _settle(self, task, w: _Workload) -> None:
+        """The best preloaded program of ``task`` that replays on its DAG becomes the best
+        so far; faster ones that do not replay (an edited log, another version's steps) are
+        skipped with a warning each."""
+        while w.loaded and w.loaded[0][0] < w.best_cost:
+            cost, _, steps = heapq.heappop(w.loaded)
+            try:
+                w.best_state, w.best_cost = ir.State.from_steps(task.dag, steps), cost
+            except ir.InvalidStep as err:
+                warnings.warn(f"autosched: a preloaded result of task {getattr(task, 'desc', '') or task.workload_key} "
+                              f"({1e3 * cost:.4f} ms) does not replay on its DAG and is not taken as its best: {err}",
+                              RuntimeWarning, stacklevel=4)
+        w.loaded.clear()
+
     def has_measured(self, task, state) -> bool:
-        """Whether this program (``str(state)``) of ``task`` was measured, here or in a loaded log."""
-        w = self._workloads.get(_task_id(task))
-        return w is not None and MeasureInput(task, state).program_key() in w.results
+        """Whether this program (``State.key``) of ``task`` was measured, here or before."""
+        return state.key in self._workload(task).results
 
     def measured_keys(self, task) -> set[str]:
-        """The program keys (``common.program_key(state)``) of ``task`` measured so far."""
-        w = self._workloads.get(_task_id(task))
-        return set(w.results) if w is not None else set()
+        """The program keys (``State.key``) of ``task`` measured so far."""
+        return set(self._workload(task).results)
 
     def best_cost(self, task) -> float:
         """The best mean seconds per call of ``task`` so far (``MAX_COST`` if none)."""
-        w = self._workloads.get(_task_id(task))
-        return w.best_cost if w is not None else MAX_COST
+        return self._workload(task).best_cost
 
     def best_state(self, task):
-        """The fastest State of ``task`` so far (replayed on ``task.dag`` if it came from a
-        log), or None."""
-        w = self._workloads.get(_task_id(task))
-        if w is None:
-            return None
-        if w.best_state is None and w.best_steps is not None:
-            from .jobs import replay
-            try:
-                w.best_state = replay(task.dag, w.best_steps)
-            except Exception:
-                w.best_steps = None
-        return w.best_state
+        """The fastest State of ``task`` so far, or None."""
+        return self._workload(task).best_state
 
     @property
     def n_errors(self) -> int:
@@ -156,7 +163,7 @@ class ProgramMeasurer:
 
     def measure_inputs(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         results: list[MeasureResult | None] = [None] * len(inputs)
-        keys = [inp.program_key() for inp in inputs]
+        keys = [inp.key for inp in inputs]
         todo: list[int] = []
         first: dict[tuple, int] = {}
         for i, (inp, key) in enumerate(zip(inputs, keys)):
@@ -208,7 +215,7 @@ class ProgramMeasurer:
         if res.ok:
             self.consecutive_errors = 0
             if res.mean_cost < w.best_cost:
-                w.best_cost, w.best_state, w.best_steps = res.mean_cost, inp.state, None
+                w.best_cost, w.best_state = res.mean_cost, inp.state
         else:
             self.consecutive_errors += 1
             self.error_counts[MeasureErrorNo(res.error_no)] += 1
@@ -235,23 +242,22 @@ class ProgramMeasurer:
         print(f"[autosched] {getattr(task, 'desc', '') or task.workload_key}: batch of {len(results)}, {len(ok)} ok; "
               f"{best_txt}; session: {self.summary()}", file=sys.stdout, flush=True)
 
-    # logs ----------------------------------------------------------------------------------
-    def load(self, source, target: str | None = None) -> int:
-        """Take in the records of a log (a path, paths, or loaded records): their programs
-        count as measured and their best as the best so far. Returns how many were read."""
-        from ..records import _iter_records
+    # results measured before ---------------------------------------------------------------
+    def load(self, records) -> int:
+        """Take in results measured before: records with ``workload_key``, ``target``,
+        ``program`` (the ``State.key``), ``steps`` (step records), ``ok``, ``mean_cost`` and
+        ``result()`` (``autosched.records.TuningRecord`` has them). Their programs count as
+        measured; the fastest that replays is the best so far. Returns how many."""
         n = 0
-        for rec in _iter_records(source):
-            if target is not None and rec.target != target:
-                continue
+        for rec in records:
             ident = (rec.workload_key, rec.target)
             w = self._workloads.get(ident)
             if w is None:
                 w = self._workloads[ident] = _Workload()
             if rec.program:
                 w.results.setdefault(rec.program, rec.result())
-            if rec.ok and rec.mean_cost < w.best_cost:
-                w.best_cost, w.best_state, w.best_steps = rec.mean_cost, None, rec.steps
+            if rec.ok:
+                heapq.heappush(w.loaded, (rec.mean_cost, self.n_loaded + n, rec.steps))
             n += 1
         self.n_loaded += n
         return n

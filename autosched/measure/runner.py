@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from .common import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, short
 from .executors import collect, submit, task_payload
-from .jobs import RunOptions, reference_job, run_job
-from .pool import WorkerCrashed, WorkerPool, WorkerTimeout
+from .jobs import WORKER_PRELOAD, RunOptions, reference_job, run_job
+from ..workers import WorkerCrashed, WorkerPool, WorkerTimeout, memory_share
 from .verify import DEFAULT_SEED
 
 
@@ -45,14 +45,17 @@ class LocalRunner:
 
     ``timeout``: seconds per program (load, check and time; Ansor: 10). ``n_parallel``:
     worker processes (1: programs are timed one at a time, as timings need). ``executor``:
-    any ``concurrent.futures.Executor`` instead of the runner's own ``WorkerPool``."""
+    any ``concurrent.futures.Executor`` instead of the runner's own ``WorkerPool``.
+    ``memory_limit``: bytes each of its own workers may allocate ("auto": half this
+    machine's memory shared among them; None: no limit); a program (or its reference)
+    needing more is a runtime error, never the machine's memory."""
 
     def __init__(self, timeout: float = 10.0, number: int = 1, repeat: int = 10,
                  min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
                  adaptive: bool = True, cv_threshold: float = 0.05, min_repeats: int = 3,
                  verify: bool = True, verify_seed: int = DEFAULT_SEED, reference_timeout: float = 300.0,
                  n_parallel: int = 1, executor: Executor | None = None, max_timing_s: float = 1.0,
-                 slow_single_repeat: float | None = 4.0):
+                 slow_single_repeat: float | None = 4.0, memory_limit: int | None | str = "auto"):
         flush = bool(enable_cpu_cache_flush)
         min_repeat_ms = (0.0 if flush else 40.0) if min_repeat_ms is None else min_repeat_ms
         if number < 1 or repeat < 1 or min_repeats < 1:
@@ -72,6 +75,7 @@ class LocalRunner:
                                   min_repeats=min_repeats, verify=bool(verify), seed=verify_seed,
                                   max_timing_s=float(max_timing_s), slow_single_repeat=slow_single_repeat)
         self.n_parallel = n_parallel
+        self.memory_limit = memory_limit
         self._own = executor is None
         self._executor = executor
         self._references: dict[str, str | None] = {}  # task key -> reference file (None: unverified)
@@ -87,7 +91,9 @@ class LocalRunner:
     @property
     def executor(self) -> Executor:
         if self._executor is None:
-            self._executor = WorkerPool(self.n_parallel, timeout=self.timeout, name="autosched-runner")
+            limit = memory_share(self.n_parallel) if self.memory_limit == "auto" else self.memory_limit
+            self._executor = WorkerPool(self.n_parallel, timeout=self.timeout, name="autosched-runner",
+                                        preload=WORKER_PRELOAD, memory_limit=limit)
         return self._executor
 
     # the reference of each task ------------------------------------------------------------
@@ -140,7 +146,7 @@ class LocalRunner:
             key, payload = task_payload(inp.task)
             todo.append(i)
             futures.append(submit(self.executor, timeout, run_job, key, payload, build.object, build.name,
-                                  build.layouts, opts, ref, getattr(inp, "fault", None) or None))
+                                  build.layouts, opts, ref, inp.hook))
 
         def done(j, future):
             i = todo[j]

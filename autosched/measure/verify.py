@@ -102,6 +102,12 @@ def compute_reference(dag, seed: int = DEFAULT_SEED) -> Reference:
     inputs = random_inputs(dag, seed)
     outputs = output_buffers(dag)
     ir.build(dag, dag.init_state(), name="reference", layout_rewrite=False)(*inputs, *outputs)
+    return reference_of(dag, inputs, outputs)
+
+
+def reference_of(dag, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> Reference:
+    """``outputs`` (what ``dag`` computes from ``inputs``, by any means) as the reference
+    programs are compared with, with the tolerances for ``dag``'s dtypes and reductions."""
     reduce_len = reduction_length(dag)
     rtols, atols = [], []
     for out in outputs:

@@ -1,4 +1,5 @@
-"""The benchmark suite of the Ansor paper (/work/shared/workloads.md) as named workloads.
+"""The benchmark suite of the Ansor paper (its single-operator and subgraph benchmarks,
+Figures 6 and 7) as named workloads.
 
 A name says what it computes, so it stays valid when the suite grows, and any shape of a
 family can be named (``suite_workload`` parses names, it does not look them up)::
@@ -6,7 +7,7 @@ family can be named (``suite_workload`` parses names, it does not look them up):
     FAMILY-SHAPE[-WINDOW]
     FAMILY  GMM C1D C2D C3D GRP DIL DEP T2D CAP NRM CBR TBS (the paper's abbreviations;
             CBR is the ConvLayer subgraph)
-    SHAPE   the family's size parameters joined by 'x', in workloads.md's order, batch first:
+    SHAPE   the family's size parameters joined by 'x', in the paper's order, batch first:
             GMM batch x N x M x K; C1D N x L x CI x CO; C3D N x D x H x W x CI x CO;
             C2D, GRP, DIL, T2D, CAP, CBR N x H x W x CI x CO; DEP N x H x W x C;
             NRM B x M x N; TBS batch x seq_len x n_head x n_dim
@@ -31,12 +32,12 @@ from .registry import Workload, workload
 
 @dataclass(frozen=True)
 class Family:
-    """One row of workloads.md: an operator and the paper's shape configurations."""
+    """One family of the suite: an operator and the paper's shape configurations."""
     code: str
     operator: str
     shape: tuple[str, ...]       # names of the size parameters, as they appear in a name
     window: bool                 # takes kernel, stride, padding (and dilation, groups)
-    configs: tuple[tuple, ...]   # the paper's parameters in workloads.md's order
+    configs: tuple[tuple, ...]   # the paper's parameters in the paper's order
     kwargs: dict = field(default_factory=dict)
 
 
@@ -117,7 +118,7 @@ def _entry(family: Family, config: tuple, batch: int) -> SuiteEntry:
 
 
 def suite_names(batch: int = 1, families=None) -> list[str]:
-    """The names of the suite's workloads, in workloads.md's order (nothing is built)."""
+    """The names of the suite's workloads, in the paper's order (nothing is built)."""
     return [e.name for e in _entries(batch, families)]
 
 

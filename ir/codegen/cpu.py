@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import dtype as dt
 from .. import expr as E
-from ..loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store
+from ..loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store, nest_trips
 from ..simplify import Simplifier, structural_key
 from ..vecmath import math_function
 
@@ -723,7 +723,7 @@ class FunctionBuilder:
 
     # loops -------------------------------------------------------------------------------------
     def loop(self, s: For) -> None:
-        if s.kind == "unroll" or (self.unroll_limit and s.kind == "serial" and _nest_trips(s) <= self.unroll_limit):
+        if s.kind == "unroll" or (self.unroll_limit and s.kind == "serial" and nest_trips(s) <= self.unroll_limit):
             return self.unrolled(s)
         if s.kind == "vectorize" and self.lanes == 1:
             return self.vector_loop(s)
@@ -958,14 +958,6 @@ def _vectorizable(s: For) -> bool:
         return all(check(c) for c in _stmt_children(x))
 
     return check(s.body)
-
-
-def _nest_trips(s: Stmt) -> int:
-    """Iterations of the deepest path through a loop nest (auto_unroll_max_step's measure)."""
-    if isinstance(s, For):
-        return s.extent * _nest_trips(s.body)
-    kids = _stmt_children(s)
-    return max((_nest_trips(k) for k in kids), default=1)
 
 
 def _used_buffers(s: Stmt) -> list[Buffer]:

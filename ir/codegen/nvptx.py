@@ -37,7 +37,8 @@ from .. import expr as E
 from ..gpu_passes import BLOCK_IDX, THREAD_IDX, walk
 from ..loop_ir import Allocate, AllReduce, Barrier, For, Load, Stmt, Store
 from ..lower import LoweringError
-from .cpu import FunctionBuilder, ModuleBuilder, Value, _nest_trips
+from ..loop_ir import nest_trips
+from .cpu import FunctionBuilder, ModuleBuilder, Value
 
 TRIPLE = "nvptx64-nvidia-cuda"
 WARP = 32
@@ -123,7 +124,7 @@ class KernelBuilder(FunctionBuilder):
     def loop(self, s: For) -> None:
         if s.kind not in ("serial", "unroll", "vectorize"):
             raise LoweringError(f"loop '{s.name}' is {s.kind}: not a loop a GPU thread can run")
-        if s.kind != "serial" or s.extent == 1 or (self.unroll_limit and _nest_trips(s) <= self.unroll_limit):
+        if s.kind != "serial" or s.extent == 1 or (self.unroll_limit and nest_trips(s) <= self.unroll_limit):
             return self.unrolled(s)
         self.serial_loop(s.var, s.extent, lambda: self.stmt(s.body))
 

@@ -1,7 +1,7 @@
 """Measurement: isolated builders and runners, verification, adaptive timing, the measurer.
 
-Programs that crash, hang or compute a wrong answer are injected with
-``autosched.measure.testing.FaultyMeasureInput``; each must give its error record while the
+Programs that crash, hang or compute a wrong answer are injected with a ``MeasureInput``
+hook (``measure_faults.Fault``); each must give its error record while the
 next good program is still measured (and verified) correctly.
 """
 import dataclasses
@@ -18,7 +18,7 @@ from ir.steps import Step
 from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, ProgramMeasurer,
                        TooManyMeasureErrors, WorkerCrashed, WorkerPool, WorkerTimeout, MAX_COST)
 from autosched.measure import verify
-from autosched.measure.testing import FaultyMeasureInput
+from tests.autosched.measure_faults import Fault
 
 E = MeasureErrorNo
 
@@ -124,10 +124,10 @@ def test_good_programs_are_verified_and_timed_in_order(task, states, builder, ru
 def test_segfault_hang_and_wrong_answer_are_recorded_and_the_runner_goes_on(task, states, builder, runner):
     good = [MeasureInput(task, s) for s in states[:4]]
     inputs = [good[0],
-              FaultyMeasureInput(task, states[0], "run:segfault"), good[1],
-              FaultyMeasureInput(task, states[0], "run:hang"), good[2],
-              FaultyMeasureInput(task, states[0], "run:wrong"), good[3],
-              FaultyMeasureInput(task, states[0], "run:error")]
+              MeasureInput(task, states[0], Fault("run:segfault")), good[1],
+              MeasureInput(task, states[0], Fault("run:hang")), good[2],
+              MeasureInput(task, states[0], Fault("run:wrong")), good[3],
+              MeasureInput(task, states[0], Fault("run:error"))]
     stats = dict(runner.executor.stats)
     t0 = time.monotonic()
     results = measure(builder, runner, inputs)
@@ -151,9 +151,9 @@ def test_segfault_hang_and_wrong_answer_are_recorded_and_the_runner_goes_on(task
 
 def test_build_crash_hang_error_and_invalid_program(task, states, builder, runner):
     invalid = dataclasses.replace(states[1], steps=states[1].steps + (Step.from_record(["SP", 9, 0, [4], True]),))
-    inputs = [FaultyMeasureInput(task, states[0], "build:segfault"),
-              FaultyMeasureInput(task, states[0], "build:hang"),
-              FaultyMeasureInput(task, states[0], "build:error"),
+    inputs = [MeasureInput(task, states[0], Fault("build:segfault")),
+              MeasureInput(task, states[0], Fault("build:hang")),
+              MeasureInput(task, states[0], Fault("build:error")),
               MeasureInput(task, invalid),
               MeasureInput(task, states[4])]
     results = measure(builder, runner, inputs)
@@ -164,6 +164,18 @@ def test_build_crash_hang_error_and_invalid_program(task, states, builder, runne
     assert "injected build error" in results[2].error_msg
     assert "do not replay" in results[3].error_msg and "no stage 9" in results[3].error_msg
     assert_good(results[4])
+
+
+def test_a_program_needing_more_memory_than_its_worker_may_have_is_a_runtime_error(task, states, builder):
+    """Workers run under a memory limit: a program that needs more fails alone (the
+    machine keeps its memory) and the next program is measured as usual."""
+    inputs = [MeasureInput(task, states[0], Fault(f"run:allocate:{2 << 30}")), MeasureInput(task, states[1])]
+    with LocalRunner(timeout=10, min_repeat_ms=1, repeat=3, memory_limit=768 << 20) as limited:
+        greedy, good = limited.run(inputs, builder.build(inputs))
+    assert greedy.error_no == E.RUNTIME_DEVICE and "MemoryError" in greedy.error_msg
+    assert_good(good)
+    with pytest.raises(ValueError, match="memory_limit"):
+        WorkerPool(1, memory_limit=1 << 20)
 
 
 def test_adaptive_timing_stops_early_and_counts_saved_repeats(task, states, builder):
@@ -233,7 +245,7 @@ def test_cache_flush_times_single_cold_calls(task, states, builder):
 
 
 def test_verification_can_be_switched_off(task, states, builder):
-    inputs = [FaultyMeasureInput(task, states[3], "run:wrong")]
+    inputs = [MeasureInput(task, states[3], Fault("run:wrong"))]
     with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3, verify=False) as unchecked:
         (res,) = unchecked.run(inputs, builder.build(inputs))
     assert res.ok and not res.verified and res.mean_cost < 1e-2
@@ -246,7 +258,7 @@ def test_layout_rewritten_constants_are_packed_and_verified(builder, runner):
     s = s.split("C", "i", [4]).split("C", "j", [16]).reorder("C", ["j.0", "i.0", "i.1", "j.1"])
     s = s.compute_at("C.local", "C", "i.0").split("C.local", "k", [8])
     s = s.reorder("C.local", ["k.0", "k.1", "i", "j"]).vectorize("C.local", "j")
-    inputs = [MeasureInput(task, s), FaultyMeasureInput(task, s, "run:wrong")]
+    inputs = [MeasureInput(task, s), MeasureInput(task, s, Fault("run:wrong"))]
     builds = builder.build(inputs)
     assert "B" in builds[0].layouts  # B is stored in the order the loops read it
     good, wrong = runner.run(inputs, builds)
@@ -318,7 +330,7 @@ def test_measurer_gives_up_on_programs_far_slower_than_the_best(task, states, bu
         assert limit == pytest.approx(ProgramMeasurer.TIMEOUT_OVERHEAD_S + 30 * good.mean_cost)
         assert limit < runner.timeout
         t0 = time.perf_counter()
-        (hung,) = m.measure_inputs([FaultyMeasureInput(task, states[1], "run:hang")])
+        (hung,) = m.measure_inputs([MeasureInput(task, states[1], Fault("run:hang"))])
         assert hung.error_no == E.RUN_TIMEOUT and f"timeout of {limit:g} s" in hung.error_msg
         assert time.perf_counter() - t0 < runner.timeout + 2
     with ProgramMeasurer(builder, runner, max_slowdown=None) as fixed:

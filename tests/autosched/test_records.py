@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import ir
-from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, ProgramMeasurer,
-                       RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best, best_record,
-                       best_records, distill_records, load_records, read_records)
+import autosched
+from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, NotATuningLog,
+                       ProgramMeasurer, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
+                       best_record, best_records, distill_records, load_records, read_records)
 
 # the measurement loop of the SIGKILL test; also imported here for the same task and states
 LOOP = textwrap.dedent('''
@@ -35,10 +36,11 @@ LOOP = textwrap.dedent('''
         states = [s0.split("C", "i", [f]).split("C", "j", [g]) for f in (2, 3, 4, 6) for g in (2, 4, 8)]
         return task, states
 
-    def measurer(log):
+    def measurer(path):
+        log = autosched.RecordToFile(path)
         return autosched.ProgramMeasurer(autosched.LocalBuilder(timeout=20, n_parallel=1),
                                          autosched.LocalRunner(timeout=20, min_repeat_ms=1, repeat=3),
-                                         log_file=log)
+                                         callbacks=[log], preloaded=log.read())
 
     if __name__ == "__main__":
         task, states = make()
@@ -98,20 +100,21 @@ def test_reading_skips_comments_a_truncated_last_line_and_newer_formats(task, tm
     with pytest.warns(RuntimeWarning) as caught:
         got = read_records(path)
     assert got == recs
+    assert len(caught) == 2  # one warning for each line skipped
     text = " | ".join(str(w.message) for w in caught)
-    assert "last line is truncated" in text and "line 4: record format version 99" in text
+    assert "last line is truncated" in text and "line 4 is not a record (record format version 99" in text
     with pytest.warns(RuntimeWarning):
         by_key = load_records(path)
     assert list(by_key) == [task.workload_key] and by_key[task.workload_key] == recs
 
 
-def test_record_to_file_cuts_a_truncated_tail_before_appending(task, tmp_path):
+def test_record_to_file_cuts_a_truncated_record_of_its_own_before_appending(task, tmp_path):
     path = tmp_path / "log.jsonl"
     first = record(task, tiled(task.dag, 2), 1e-6)
     path.write_text(first.to_json() + "\n" + first.to_json()[:25])
     writer = RecordToFile(path)
     second = record(task, tiled(task.dag, 4), 2e-6)
-    with pytest.warns(RuntimeWarning, match="cut a truncated last line"):
+    with pytest.warns(RuntimeWarning, match="cut a truncated record"):
         writer.write(second)
     writer.close()
     with warnings.catch_warnings():
@@ -220,5 +223,92 @@ def test_a_loop_killed_with_sigkill_resumes_from_its_log(tmp_path):
         m.close()
     after = read_records(log)
     assert after[:len(before)] == before  # nothing recorded before the kill is lost
-    assert sorted(r.program for r in after) == sorted(MeasureInput(task, s).program_key() for s in states)
+    assert sorted(r.program for r in after) == sorted(s.key for s in states)
     assert m.best_cost(task) == min(r.mean_cost for r in after)
+
+
+# a log never loses a byte, a bad record never ends a run ------------------------------------
+
+def _tune(task, log, trials=8):
+    """A short tuning with stand-in cost and measurement; returns (result, programs run)."""
+    from evolution import SearchParams
+    from tests.autosched.stand_ins import StandInBuilder, StandInModel, StandInRunner
+    runner = StandInRunner()
+    result = autosched.auto_schedule(task, trials=trials, measure_batch=4, log_file=str(log), cost_model=StandInModel(),
+                                     search_params=SearchParams(population=16, generations=1, init_min_population=4,
+                                                                islands=1),
+                                     builder=StandInBuilder(), runner=runner, verbose=0)
+    return result, runner.proposed
+
+
+@pytest.mark.parametrize("content", ["my notes\nabout tuning, no newline at the end",
+                                     '{\n  "trials": 200,\n  "log": "x.json"\n}',
+                                     "0\n", "[1, 2]\n"])
+def test_a_file_that_is_not_a_tuning_log_is_refused_before_measuring(task, tmp_path, content):
+    path = tmp_path / "notes.txt"
+    path.write_text(content)
+    with pytest.raises(NotATuningLog, match="is not a tuning log"):
+        RecordToFile(path)
+    with pytest.raises(NotATuningLog):
+        _tune(task, path)
+    with pytest.raises(NotATuningLog):
+        distill_records([], path)
+    assert path.read_text() == content  # not a byte changed
+
+
+def test_an_unwritable_log_fails_before_the_first_measurement(task, tmp_path):
+    with pytest.raises(NotATuningLog, match="is a directory"):
+        _tune(task, tmp_path)
+    with pytest.raises(OSError, match="cannot append to the tuning log"):
+        _tune(task, tmp_path / "no such folder" / "log.jsonl")
+
+
+def test_a_last_line_without_its_newline_is_kept(task, tmp_path):
+    path = tmp_path / "log.jsonl"
+    first, second = record(task, tiled(task.dag, 2), 1e-6), record(task, tiled(task.dag, 4), 2e-6)
+    for tail in (first.to_json(), "# a note without its newline"):
+        path.write_text(first.to_json() + "\n" + tail)
+        writer = RecordToFile(path)
+        writer.write(second)
+        writer.close()
+        assert path.read_text() == first.to_json() + "\n" + tail + "\n" + second.to_json() + "\n"
+
+
+def test_lines_that_are_not_records_are_skipped_with_a_warning_each_and_tuning_goes_on(task, tmp_path):
+    path = tmp_path / "log.jsonl"
+    good = [record(task, tiled(task.dag, f), 1e-6 * f) for f in (2, 4)]
+    bad_steps = json.dumps({**good[0].to_dict(), "steps": 5})
+    bad_step = json.dumps({**good[0].to_dict(), "steps": [[1, 2]]})
+    nan = json.dumps({**good[0].to_dict(), "costs": [float("nan")]})
+    negative = json.dumps({**good[0].to_dict(), "costs": [-1e-6]})
+    lines = [good[0].to_json(), "0", "null", "[1, 2]", '"text"', bad_steps, bad_step, nan, negative, good[1].to_json()]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.warns(RuntimeWarning) as caught:
+        assert read_records(path) == good
+    assert len(caught) == 8
+    text = " | ".join(str(w.message) for w in caught)
+    assert "not a record object" in text and "not a list of step records" in text
+    assert "seconds must be finite and positive" in text
+    with pytest.warns(RuntimeWarning):
+        result, _ = _tune(task, path)
+    assert result.state is not None and result.latency == pytest.approx(1e-6 * 2)
+
+
+def test_a_best_record_that_does_not_replay_is_never_the_best(task, tmp_path):
+    path = tmp_path / "log.jsonl"
+    good = [record(task, tiled(task.dag, f), 1e-5 * f) for f in (2, 4, 8)]
+    broken = json.dumps({**record(task, tiled(task.dag, 16), 1e-9).to_dict(), "steps": [["SP", 9, 0, [4], True]]})
+    path.write_text("".join(r.to_json() + "\n" for r in good) + broken + "\n")
+    with pytest.warns(RuntimeWarning, match="does not replay"):
+        result, proposed = _tune(task, path, trials=4)
+    assert len(proposed) == 4 and result.state is not None
+    assert result.latency <= 2e-5 and result.latency != 1e-9
+    with pytest.warns(RuntimeWarning, match="does not replay"):
+        with apply_history_best(path, target="any") as history:
+            kernel = ir.build(task.dag)
+    assert history.applied == [task.workload_key] and str(kernel.state) == str(tiled(task.dag, 2))
+    log = RecordToFile(path)
+    measurer = ProgramMeasurer(LocalBuilder(), LocalRunner(), preloaded=log.read())
+    with pytest.warns(RuntimeWarning, match="does not replay"):
+        assert measurer.best_cost(task) == pytest.approx(2e-5)
+    assert str(measurer.best_state(task)) == str(tiled(task.dag, 2))

@@ -1,4 +1,4 @@
-"""The benchmark helpers: the JSON contract of ARCHITECTURE.md, the FMA peak, timing, and
+"""The benchmark helpers: the JSON contract of the benchmarks (``common.ROW_KEYS``), the FMA peak, timing, and
 that ``bench/compile_time.py --smoke`` (what CI runs) keeps that contract."""
 from __future__ import annotations
 

@@ -60,16 +60,14 @@ def test_gpu_mutations_keep_programs_within_the_limits(gmm):
 
 
 def test_the_policy_of_a_gpu_task_drops_children_the_device_cannot_run():
-    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("NRM-1x1024x1024").tensors), target="cuda",
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("GMM-1x128x128x128").tensors), target="cuda",
                          hardware=ir.HardwareParams.cuda())
     policy = SketchPolicy(task, RandomModel(seed=0), SearchParams(population=64, generations=1, islands=1), seed=0)
     population = policy.sample_initial()
-    rng = np.random.default_rng(0)
-    crossover = Crossover(policy.sketches)
-    children = [crossover(population[i % len(population)], population[(3 * i + 1) % len(population)], rng)
-                for i in range(80)]
-    broken = [c for c in children if c is not None and block_limits_violation(c, task.hardware)]
-    assert broken  # crossing two valid programs can break a block's limits...
-    assert not any(policy.runs_on_target(c) for c in broken)  # ...and the policy drops those
-    for state in policy.evolve(population, 16):
+    over = task.dag.init_state().split("batch_matmul", "ax1", [32]).fuse("batch_matmul", ["ax1.1", "ax2"])
+    over = over.apply(ir.steps.AnnotationStep(over.stage_index("batch_matmul"), 2, "threadIdx.x"))  # 4096 threads
+    assert block_limits_violation(over, task.hardware) is not None
+    assert not policy.evolution.runs_on_target(over)  # a child like it is dropped...
+    assert all(policy.evolution.runs_on_target(s) for s in population)
+    for state in policy.evolve(population, 16):  # ...so that evolution never proposes one
         assert block_limits_violation(state, task.hardware) is None

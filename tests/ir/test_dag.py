@@ -1,4 +1,4 @@
-"""ComputeDAG structure, analyses, flop count and workload key."""
+"""ComputeDAG structure, access maps, flop count and workload key."""
 import subprocess
 import sys
 import textwrap
@@ -40,33 +40,6 @@ def test_access_maps():
     (a_idx,) = reads[A]
     assert [str(x) for x in a_idx] == ["i", "r"]
     assert [str(x) for x in dag.write_access(C.op)] == ["i", "j"]
-
-
-def test_predicates_of_matmul_relu():
-    A, B, C, D = matmul_relu()
-    dag = ir.ComputeDAG([A, B, D])
-    assert dag.has_data_reuse(C.op) and not dag.has_data_reuse(D.op)
-    assert dag.is_strict_inlinable(D.op) and not dag.is_strict_inlinable(C.op)
-    assert dag.fusible_consumer(C.op) is D.op
-    assert not dag.has_fusible_consumer(D.op)  # an output has none
-    assert not dag.has_more_reduction_parallel(C.op, num_cores=2)
-
-
-def test_predicates_of_norm_and_softmax():
-    A = ir.placeholder((4, 1024), name="A")
-    r, c = ir.reduce_axis(4, "r"), ir.reduce_axis(1024, "c")
-    S = ir.compute((1,), lambda b: ir.sum(A[r, c] * A[r, c], axis=[r, c]), name="S")
-    N = ir.compute((1,), lambda b: ir.sqrt(S[b]), name="N")
-    dag = ir.ComputeDAG([A, N])
-    assert dag.has_more_reduction_parallel(S.op, num_cores=2)
-    assert not dag.is_strict_inlinable(N.op)  # sqrt is an expensive call
-    X = ir.placeholder((8, 16), name="X")
-    k = ir.reduce_axis(16, "k")
-    M = ir.compute((8,), lambda i: ir.max(X[i, k], axis=k), name="M")
-    E = ir.compute((8, 16), lambda i, j: ir.exp(X[i, j] - M[i]), name="E")
-    dag = ir.ComputeDAG([X, E])
-    assert not dag.has_data_reuse(M.op)
-    assert not dag.is_strict_inlinable(E.op)
 
 
 def test_flop_count():

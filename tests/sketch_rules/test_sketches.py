@@ -4,6 +4,7 @@ import pytest
 
 import ir
 import sketch_rules as SR
+from sketch_rules import analysis
 from autosched import ops
 
 
@@ -115,9 +116,12 @@ def test_norm_gets_two_rfactor_sketches_and_a_plain_one():
     assert len(sketches) == 3
     rf = [s for s in sketches if any(st.origin == "rfactor" for st in s.stages)]
     assert len(rf) == 2
-    factored = sorted(names(s, "norm_square_sum.rf")[-1] for s in rf)
-    # the inner part factored out is moved innermost (for vectorisation); the outer stays put
-    assert factored == ["r0@r1@_0", "r0@r1@_1"] or factored[1] == "r0@r1@_1"
+    # the fused reduction is split in two; one sketch factors out the outer part, one the
+    # inner part, which is moved innermost (for vectorisation); the outer part stays put
+    loops = sorted((s["norm_square_sum"].reduce_axes[0].name,
+                    [(it.name, it.kind) for it in s["norm_square_sum.rf"].iters]) for s in rf)
+    assert loops == [("r0@r1@_0_v", [("b", "space"), ("r0@r1@_0", "space"), ("r0@r1@_1", "reduce")]),
+                     ("r0@r1@_1_v", [("b", "space"), ("r0@r1@_0", "reduce"), ("r0@r1@_1", "space")])]
     for s in rf:
         assert s["norm_square_sum"].reduce_axes[0].extent == s["norm_square_sum.rf"].op.shape[-1]
 
@@ -211,7 +215,9 @@ def test_a_broadcast_operand_alone_is_not_data_reuse():
     bias = ir.placeholder((8,), name="bias", constant=True)
     out = ir.compute(conv.shape, lambda n, h, x, c: conv[n, h, x, c] + bias[c], name="bias_add")
     task = task_of([data, weight, bias, out])
-    assert not task.dag.has_data_reuse(out.op) and task.dag.has_data_reuse(conv.op)
+    init = task.dag.init_state()
+    assert not analysis.needs_multi_level_tiling(init, init.stage_index(out.op))
+    assert analysis.needs_multi_level_tiling(init, init.stage_index(conv.op))
     sketches = SR.generate_sketches(task)
     assert len(sketches) == 3
     assert all(not s["bias_add"].transforms or s["conv2d_nhwc"].compute_at == "iter" for s in sketches)

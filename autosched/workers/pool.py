@@ -3,7 +3,10 @@ interface, with a per-task timeout. A task that crashes its worker (a signal, an
 or outlives its timeout fails its future with ``WorkerCrashed`` / ``WorkerTimeout``; the
 worker is killed and replaced and the pool goes on with the next task.
 
-Workers are fresh interpreters (``python -m autosched.measure._worker``), never forks: a
+Used by measurement (builders and runners) and by the search (its islands); the pool knows
+nothing of either, it runs picklable functions.
+
+Workers are fresh interpreters (``python -m autosched.workers.process``), never forks: a
 process that has used libgomp or LLVM cannot be forked safely (a forked child deadlocks in
 ``GOMP_parallel``), and a fresh interpreter does not re-import the caller's ``__main__``
 either. Tasks and results travel as pickles over pipes; a worker's stderr (and stdout)
@@ -27,7 +30,7 @@ from concurrent.futures import Executor, Future
 from multiprocessing.connection import Connection, wait
 
 #: modules a worker imports before it says it is ready (so imports don't eat task timeouts)
-DEFAULT_PRELOAD = ("numpy", "ir", "autosched.measure.jobs")
+DEFAULT_PRELOAD = ("numpy",)
 
 
 class WorkerCrashed(RuntimeError):
@@ -45,6 +48,16 @@ class WorkerTimeout(TimeoutError):
     def __init__(self, message: str, timeout: float):
         super().__init__(message)
         self.timeout = timeout
+
+
+def memory_share(n_workers: int) -> int | None:
+    """Bytes each of ``n_workers`` workers may allocate so that together they stay within
+    half of this machine's memory (None where that is unknown)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return max(64 << 20, total // (2 * max(1, n_workers)))
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -78,12 +91,12 @@ class _Task:
 class _Worker:
     """The parent's end of one worker process."""
 
-    def __init__(self, name: str, preload: tuple[str, ...]):
+    def __init__(self, name: str, preload: tuple[str, ...], memory_limit: int | None):
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.log = tempfile.TemporaryFile(prefix=f"{name}-", suffix=".log")
-        cmd = [sys.executable, "-m", "autosched.measure._worker", str(to_child_r), str(from_child_w),
-               str(os.getpid()), ",".join(preload)]
+        cmd = [sys.executable, "-m", "autosched.workers.process", str(to_child_r), str(from_child_w),
+               str(os.getpid()), ",".join(preload), str(memory_limit or 0)]
         try:
             self.proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
                                          stdout=self.log, stderr=self.log, close_fds=True)
@@ -154,18 +167,27 @@ class WorkerPool(Executor):
     is not charged to a task (``start_timeout`` bounds it; a worker that cannot start fails
     one waiting task with the reason, so that a broken setup cannot loop forever).
 
+    ``preload``: modules a worker imports before it takes tasks (so that imports do not eat
+    task timeouts). ``memory_limit``: bytes each worker may allocate (None: no limit); a
+    task needing more gets a ``MemoryError`` (or, in native code that does not check, a
+    crash), never the machine's memory.
+
     ``stats`` counts workers started, tasks that crashed their worker and tasks timed out."""
 
     def __init__(self, max_workers: int | None = None, timeout: float | None = None,
                  start_timeout: float = 120.0, name: str = "autosched-worker",
-                 preload: tuple[str, ...] = DEFAULT_PRELOAD):
+                 preload: tuple[str, ...] = DEFAULT_PRELOAD, memory_limit: int | None = None):
         if max_workers is not None and max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+        if memory_limit is not None and memory_limit < (64 << 20):
+            raise ValueError(f"memory_limit must be at least 64 MiB (an interpreter's own need), "
+                             f"got {memory_limit} bytes")
         self.max_workers = max_workers or os.cpu_count() or 1
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.name = name
         self.preload = tuple(preload)
+        self.memory_limit = memory_limit
         self.stats = collections.Counter(started=0, crashed=0, timed_out=0, completed=0)
         self._pending: collections.deque[_Task] = collections.deque()
         self._workers: list[_Worker] = []
@@ -248,7 +270,7 @@ class WorkerPool(Executor):
 
     def _start_worker(self) -> None:
         try:
-            self._workers.append(_Worker(self.name, self.preload))
+            self._workers.append(_Worker(self.name, self.preload, self.memory_limit))
             self.stats["started"] += 1
         except OSError as err:
             while self._pending:

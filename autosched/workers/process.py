@@ -1,10 +1,11 @@
 """The main program of a ``WorkerPool`` worker process (see ``pool.py``).
 
-    python -m autosched.measure._worker READ_FD WRITE_FD PARENT_PID PRELOAD
+    python -m autosched.workers.process READ_FD WRITE_FD PARENT_PID PRELOAD MEMORY_LIMIT
 
-Imports the preload modules, says ("ready", pid), then answers each pickled
-``(fn, args, kwargs)`` with ("ok", result) or ("err", exception, traceback) until its
-input closes. Dies with its parent.
+Limits the memory it may allocate to MEMORY_LIMIT bytes (0: no limit; beyond it an
+allocation fails, which Python raises as ``MemoryError``), imports the preload modules,
+says ("ready", pid), then answers each pickled ``(fn, args, kwargs)`` with ("ok", result)
+or ("err", exception, traceback) until its input closes. Dies with its parent.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import faulthandler
 import importlib
 import os
 import pickle
+import resource
 import signal
 import sys
 import traceback
@@ -38,9 +40,19 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
+def _limit_memory(limit: int) -> None:
+    """At most ``limit`` bytes of heap and anonymous mappings (Linux ``RLIMIT_DATA``, which
+    numpy's and the kernels' allocations count against, unlike mapped files and code)."""
+    if limit > 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def main(argv: list[str]) -> int:
     read_fd, write_fd, parent_pid = int(argv[0]), int(argv[1]), int(argv[2])
     _die_with_parent(parent_pid)
+    _limit_memory(int(argv[4]) if len(argv) > 4 else 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     faulthandler.enable(file=sys.stderr, all_threads=True)
     inbox = Connection(read_fd, writable=False)

@@ -1,0 +1,144 @@
+"""Evolution of one task's programs under a cost model (Ansor 5.1): every generation scores
+the population, keeps the best programs never measured, and breeds the next generation by
+mutation and crossover of parents drawn in proportion to their predicted fitness.
+
+One ``Evolution`` runs in the search policy's process or in an island's worker
+(``islands``); both use this code and the generator they are given.
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+
+import numpy as np
+
+import ir
+from ir.lower_gpu import block_limits_violation
+
+from .crossover import Crossover
+from .genes import sketch_length
+from .gpu_mutation import mutate_gpu
+from .mutation import CPU_MUTATION_WEIGHTS, draw_mutation, mutate_by
+
+
+class Rejections:
+    """Candidates whose making raised (a bug to fix, never a reason to end a search):
+    ``counts`` by kind ("mutation tile_size: KeyError"), the first message of each kind."""
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+        self.examples: dict[str, str] = {}
+
+    def add(self, what: str, err: BaseException) -> None:
+        kind = f"{what}: {type(err).__name__}"
+        self.counts[kind] += 1
+        self.examples.setdefault(kind, str(err)[:200])
+
+    def merge(self, counts, examples) -> None:
+        self.counts.update(counts)
+        for kind, msg in examples.items():
+            self.examples.setdefault(kind, msg)
+
+    def describe(self, counts) -> str:
+        """``counts`` (of this log's kinds) in words, with an example message each."""
+        return "; ".join(f"{n}x {kind} (e.g. {self.examples.get(kind, '')!r})" for kind, n in counts.items())
+
+
+class Evolution:
+    """Evolves populations of ``task``'s programs sampled from ``sketches``, scored by
+    ``model``, with ``params`` (a ``SearchParams``) and the generator ``rng``.
+
+    Making a child may fail in ways nobody foresaw (a mutation meeting a stage structure it
+    does not know): such a child is rejected and counted in ``rejected`` (``Rejections``),
+    and the evolution goes on."""
+
+    def __init__(self, task: ir.SearchTask, model, params, sketches, rng: np.random.Generator):
+        self.task = task
+        self.model = model
+        self.params = params
+        self.sketches = list(sketches)
+        self.rng = rng
+        self.crossover = Crossover(self.sketches)
+        self.rejected = Rejections()
+
+    def run(self, population: list[ir.State], out_size: int, measured_keys) -> list[tuple[float, ir.State]]:
+        """Evolve ``population`` for ``params.generations`` generations; the ``out_size`` best
+        predicted programs seen whose key is not in ``measured_keys``, as (score, State),
+        best first."""
+        p = self.params
+        best: dict[str, tuple[float, ir.State]] = {}
+        max_innermost = self.task.hardware.max_innermost_split_factor
+        for generation in range(p.generations + 1):
+            if not population:
+                break
+            scores = np.asarray(self.model.predict(self.task, population), dtype=np.float64)
+            for state, score in zip(population, scores):
+                key = state.key
+                if key not in measured_keys and np.isfinite(score) and (key not in best or best[key][0] < score):
+                    best[key] = (float(score), state)
+            if len(best) > 4 * out_size:
+                best = dict(heapq.nlargest(2 * out_size, best.items(), key=lambda kv: kv[1][0]))
+            if generation == p.generations:
+                break
+            population = self._next_generation(population, scores, max_innermost)
+        return sorted(best.values(), key=lambda v: -v[0])[:out_size]
+
+    def _next_generation(self, population, scores, max_innermost) -> list[ir.State]:
+        p = self.params
+        fitness = np.where(np.isfinite(scores), scores, 0.0)
+        fitness = np.maximum(fitness - min(0.0, float(fitness.min())), 0.0)
+        probs = fitness / fitness.sum() if fitness.sum() > 0 else np.full(len(population), 1.0 / len(population))
+        by_sketch: dict[int, list[int]] = {}
+        sketch_of = [sketch_length(s, self.sketches) for s in population]
+        for i, k in enumerate(sketch_of):
+            if k is not None:
+                by_sketch.setdefault(k[0], []).append(i)
+        out: dict[str, ir.State] = {}
+        tries, n = 0, len(population)
+        target = p.population
+        while len(out) < target and tries < 3 * target:
+            tries += 1
+            i = int(self.rng.choice(n, p=probs))
+            if self.rng.random() < p.mutation_prob:
+                child = self._mutate(population[i], sketch_of[i], max_innermost)
+            else:
+                k = sketch_of[i]
+                mates = by_sketch.get(k[0], []) if k is not None else []
+                if len(mates) < 2:
+                    continue
+                w = probs[mates] / probs[mates].sum() if probs[mates].sum() > 0 else None
+                j = mates[int(self.rng.choice(len(mates), p=w))]
+                child = self._guarded("crossover", self.crossover, population[i], population[j], self.rng)
+            if child is not None and self.runs_on_target(child):
+                out.setdefault(child.key, child)
+        return list(out.values())
+
+    def _mutate(self, state: ir.State, sketch, max_innermost: int) -> ir.State | None:
+        """One mutation of ``state`` (sampled from ``sketch``, its ``sketch_length``): the
+        GPU's rules (``gpu_mutation``, whose default weights replace the CPU's) on a GPU task."""
+        p = self.params
+        if self.task.target_kind == "gpu":
+            weights = None if p.mutation_weights == CPU_MUTATION_WEIGHTS else p.mutation_weights
+            return self._guarded("mutation gpu", mutate_gpu, state, self.rng, self.task.hardware, weights,
+                                 p.random_walk_q, max_innermost)
+        kind = draw_mutation(self.rng, p.mutation_weights)
+        decisions_from = sketch[1] if sketch is not None else len(state.steps)
+        return self._guarded(f"mutation {kind}", mutate_by, kind, state, self.rng, p.random_walk_q, max_innermost,
+                             decisions_from)
+
+    def runs_on_target(self, state: ir.State) -> bool:
+        """False for a program the task's device cannot run (a GPU block's limits: a
+        crossover of two valid parents can break them)."""
+        return self.task.target_kind != "gpu" or block_limits_violation(state, self.task.hardware) is None
+
+    def _guarded(self, what: str, make, *args):
+        """``make(*args)`` (a State with its key computed, or None), or None (counted in
+        ``rejected``) if it raises."""
+        try:
+            child = make(*args)
+            if child is not None:
+                child.key  # printing the program settles its regions: that may fail too
+            return child
+        except Exception as err:  # noqa: BLE001 - one candidate's failure must not end the search
+            self.rejected.add(what, err)
+            return None

@@ -1,0 +1,50 @@
+"""Random programs of a task: a sketch picked at random, completed by the init rules of
+the task's target (``annotation`` for CPUs, ``gpu_annotation`` for GPUs)."""
+from __future__ import annotations
+
+import numpy as np
+
+import ir
+
+from .annotation import InitRule, cpu_init_rules
+from .gpu_annotation import gpu_init_rules
+from .rule import SketchContext
+
+
+def init_rules_for(target_kind: str) -> list[InitRule]:
+    """The initial-population rules of a target kind ("cpu" or "gpu")."""
+    return gpu_init_rules() if target_kind == "gpu" else cpu_init_rules()
+
+
+def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: np.random.Generator,
+                    init_rules=None, max_tries: int | None = None, target_kind: str | None = None,
+                    on_error=None) -> list[ir.State]:
+    """Up to ``n`` unique random programs (unique by ``State.key``): pick a sketch at
+    random, apply every init rule (by default those of the task's target kind); samples a
+    rule rejects (``ir.InvalidStep``) are dropped. ``on_error(what, exception)``: called for
+    a sample that raised anything else, which is then dropped too (without it, the
+    exception propagates)."""
+    if not sketches:
+        raise ValueError("sample_programs: no sketches to sample from")
+    ctx = SketchContext(task, target_kind or task.target_kind)
+    rules = init_rules if init_rules is not None else init_rules_for(ctx.target_kind)
+    out: dict[str, ir.State] = {}
+    tries = 0
+    max_tries = max_tries if max_tries is not None else 20 * n + 50
+    while len(out) < n and tries < max_tries:
+        tries += 1
+        state = sketches[int(rng.integers(len(sketches)))]
+        rule = None
+        try:
+            for rule in rules:
+                state = rule.apply(ctx, state, rng)
+            key = state.key
+        except ir.InvalidStep:
+            continue
+        except Exception as err:  # noqa: BLE001 - reported, and the sample is dropped
+            if on_error is None:
+                raise
+            on_error(f"sampling {getattr(rule, 'name', 'init rule')}", err)
+            continue
+        out.setdefault(key, state)
+    return list(out.values())

@@ -1,0 +1,34 @@
+"""The analyses the derivation rules ask of a (state, stage): inlinable, data reuse, a
+fusible consumer, rfactor."""
+import ir
+from autosched import ops
+from sketch_rules import analysis as A
+
+
+def test_predicates_of_matmul_relu():
+    x, w = ir.placeholder((8, 5), name="X"), ir.placeholder((5, 6), name="W", constant=True)
+    s = ir.ComputeDAG([x, w, ops.relu(ops.matmul(x, w, name="C"), name="D")]).init_state()
+    c, d = s.stage_index("C"), s.stage_index("D")
+    assert A.needs_multi_level_tiling(s, c) and not A.needs_multi_level_tiling(s, d)
+    assert A.is_strict_inlinable(s, d) and not A.is_strict_inlinable(s, c)
+    assert A.single_elementwise_consumer(s, c) == d
+    assert A.single_elementwise_consumer(s, d) is None  # an output has none
+    assert not A.needs_rfactor(s, c, num_cores=2)
+    assert A.should_always_inline(s, d) is False  # an output is stored
+
+
+def test_predicates_of_norm_and_softmax():
+    X = ir.placeholder((4, 1024), name="X")
+    r, c = ir.reduce_axis(4, "r"), ir.reduce_axis(1024, "c")
+    S = ir.compute((1,), lambda b: ir.sum(X[r, c] * X[r, c], axis=[r, c]), name="S")
+    N = ir.compute((1,), lambda b: ir.sqrt(S[b]), name="N")
+    s = ir.ComputeDAG([X, N]).init_state()
+    assert A.needs_rfactor(s, s.stage_index("S"), num_cores=2)
+    assert not A.is_strict_inlinable(s, s.stage_index("N"))  # sqrt is expensive to recompute
+    Y = ir.placeholder((8, 16), name="Y")
+    k = ir.reduce_axis(16, "k")
+    M = ir.compute((8,), lambda i: ir.max(Y[i, k], axis=k), name="M")
+    E = ir.compute((8, 16), lambda i, j: ir.exp(Y[i, j] - M[i]), name="E")
+    s = ir.ComputeDAG([Y, E]).init_state()
+    assert not A.needs_multi_level_tiling(s, s.stage_index("M"))
+    assert not A.is_strict_inlinable(s, s.stage_index("E"))
