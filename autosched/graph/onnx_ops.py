@@ -1,0 +1,664 @@
+"""ONNX operators as graph nodes: one converter per operator type (``CONVERTERS``).
+
+A converter gets the node (``OnnxNode``: type, name, attributes, and inputs that are either
+a ``Value`` computed at run time, a numpy array known at import, or None for an omitted
+optional input) and returns its outputs the same way. It raises ``Unsupported`` with the
+reason for what it cannot express (an attribute value, an input that must be constant), so
+that the importer can list every such node in one error. Layouts: see ``onnx_layout``.
+Window operators (conv, pooling) work channel-last; weights are rearranged here, once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .onnx_layout import Builder, Value, channel_last, identity
+
+
+class Unsupported(Exception):
+    """What a converter cannot import, with the reason."""
+
+
+@dataclass
+class OnnxNode:
+    op_type: str
+    name: str
+    opset: int
+    attrs: dict
+    inputs: list
+    outputs_used: list = field(default_factory=list)   # per output: is it read by anything?
+
+    def attr(self, key: str, default=None):
+        return self.attrs.get(key, default)
+
+    def const_input(self, k: int, what: str, default=None):
+        """Input ``k`` as a numpy array; it must be known at import (or omitted: ``default``)."""
+        v = self.inputs[k] if k < len(self.inputs) else None
+        if v is None:
+            return default
+        if isinstance(v, Value):
+            raise Unsupported(f"its {what} (input {k}) is computed at run time; it must be a constant")
+        return v
+
+    def runtime_input(self, k: int) -> Value:
+        v = self.inputs[k]
+        if not isinstance(v, Value):
+            raise Unsupported(f"input {k} is a constant where a run-time tensor is expected")
+        return v
+
+    def only_first_output(self) -> None:
+        if any(self.outputs_used[1:]):
+            raise Unsupported("its optional extra outputs are used")
+
+
+CONVERTERS: dict = {}
+
+
+def converts(*op_types):
+    def register(fn):
+        for t in op_types:
+            CONVERTERS[t] = fn
+        return fn
+    return register
+
+
+def _ints(v) -> tuple:
+    return tuple(int(x) for x in np.asarray(v).ravel())
+
+
+# operands: constants and run-time values side by side ---------------------------------------
+
+def _operand(b: Builder, v, like: Value | None, name: str):
+    """A node for one operand of an elementwise operator, in the layout of ``like`` (a
+    run-time value of the full rank): constants are rearranged in numpy, values by
+    ``Builder.to_layout``; a lower-rank operand gets leading axes of extent 1 (numpy's
+    broadcasting)."""
+    rank = like.rank
+    if not isinstance(v, Value):
+        a = np.asarray(v)
+        if a.dtype == np.float64 and like.dtype == "float32":
+            a = a.astype(np.float32)
+        if a.size == 1:
+            return b.const(a.reshape(1), name)
+        a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+        return b.const(np.transpose(a, like.perm), name)
+    if v.rank < rank:
+        extra = rank - v.rank
+        node = b.reshape(v.node, (1,) * extra + v.node.shape, name)
+        v = Value(node, identity(extra) + tuple(p + extra for p in v.perm))
+    return b.to_layout(v, like.perm)
+
+
+def _leader(values) -> Value:
+    """The run-time operand whose layout the result takes: the highest rank, and among
+    those one not in ONNX order (a channel-last conv output), else the first."""
+    runtime = [v for v in values if isinstance(v, Value)]
+    rank = max(v.rank for v in runtime)
+    top = [v for v in runtime if v.rank == rank]
+    return next((v for v in top if v.perm != identity(rank)), top[0])
+
+
+def _broadcast_rank(values) -> int:
+    return max(np.ndim(v) if not isinstance(v, Value) else v.rank for v in values)
+
+
+def _elementwise(b: Builder, kind: str, values, name: str, **attrs) -> Value:
+    rank = _broadcast_rank(values)
+    lead = _leader(values)
+    if lead.rank < rank:   # a constant of higher rank than every run-time value: lift the value
+        extra = rank - lead.rank
+        lead = Value(b.reshape(lead.node, (1,) * extra + lead.node.shape, name),
+                     identity(extra) + tuple(p + extra for p in lead.perm))
+    nodes = [_operand(b, v, lead, f"{name}_in{k}") for k, v in enumerate(values)]
+    return Value(b.op(kind, nodes, name, **attrs), lead.perm)
+
+
+# elementwise -------------------------------------------------------------------------------
+
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt",
+          "Reciprocal": "reciprocal", "HardSwish": "hard_swish"}
+
+
+@converts(*_UNARY)
+def _unary(b, n):
+    x = n.runtime_input(0)
+    return [Value(b.op(_UNARY[n.op_type], [x.node], n.name), x.perm)]
+
+
+@converts("LeakyRelu")
+def _leaky_relu(b, n):
+    x = n.runtime_input(0)
+    return [Value(b.op("leaky_relu", [x.node], n.name, alpha=float(n.attr("alpha", 0.01))), x.perm)]
+
+
+@converts("HardSigmoid")
+def _hard_sigmoid(b, n):
+    x = n.runtime_input(0)
+    return [Value(b.op("hard_sigmoid", [x.node], n.name, alpha=float(n.attr("alpha", 0.2)),
+                       beta=float(n.attr("beta", 0.5))), x.perm)]
+
+
+@converts("Gelu")
+def _gelu(b, n):
+    x = n.runtime_input(0)
+    approximate = n.attr("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise Unsupported(f"approximate={approximate!r}")
+    return [Value(b.op("gelu" if approximate == "none" else "gelu_tanh", [x.node], n.name), x.perm)]
+
+
+@converts("Clip")
+def _clip(b, n):
+    x = n.runtime_input(0)
+    if n.opset < 11:
+        lo, hi = n.attr("min"), n.attr("max")
+    else:
+        lo, hi = (n.const_input(k, what) for k, what in ((1, "min"), (2, "max")))
+        lo, hi = (None if v is None else float(np.asarray(v).ravel()[0]) for v in (lo, hi))
+    return [Value(b.op("clip", [x.node], n.name, min=lo, max=hi), x.perm)]
+
+
+_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Max": "maximum",
+           "Min": "minimum", "Sum": "add"}
+
+
+@converts(*_BINARY)
+def _binary(b, n):
+    """Add, Sub, Mul, Div and the n-ary Sum, Max and Min, with numpy broadcasting."""
+    values = list(n.inputs)
+    if any(v is None for v in values):
+        raise Unsupported("an input is omitted")
+    if len(values) == 1:
+        return [values[0]]
+    acc = values[0]
+    for k, v in enumerate(values[1:]):
+        acc = _elementwise(b, _BINARY[n.op_type], [acc, v], n.name if k == len(values) - 2 else f"{n.name}_{k}")
+    return [acc]
+
+
+@converts("Pow")
+def _pow(b, n):
+    base, exponent = n.inputs
+    if isinstance(base, Value) and not isinstance(exponent, Value) and np.size(exponent) == 1:
+        return [Value(b.op("power_scalar", [base.node], n.name, exponent=float(np.ravel(exponent)[0])), base.perm)]
+    if isinstance(exponent, Value) and exponent.dtype != "float32":
+        raise Unsupported(f"exponent of dtype {exponent.dtype}")
+    return [_elementwise(b, "power", [base, exponent], n.name)]
+
+
+_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 5: "int16"}
+
+
+@converts("Cast")
+def _cast(b, n):
+    x = n.runtime_input(0)
+    dtype = _DTYPES.get(int(n.attr("to")))
+    if dtype is None:
+        raise Unsupported(f"cast to ONNX type {n.attr('to')} (supported: float, double, int8-64, uint8)")
+    return [x if dtype == x.dtype else Value(b.op("cast", [x.node], n.name, dtype=dtype), x.perm)]
+
+
+@converts("Identity", "Dropout")
+def _identity(b, n):
+    n.only_first_output()
+    return [n.runtime_input(0)]
+
+
+# linear algebra ----------------------------------------------------------------------------
+
+def _dense(b, x: Value, weight: np.ndarray, name: str) -> Value:
+    """x (..., K) · weight (N, K)ᵀ: the dense operator (its weight laid out once, at import)."""
+    node = b.op("dense", [b.plain(x), b.const(weight.astype(np.float32), f"{name}_weight")], name)
+    return Value(node, identity(len(node.shape)))
+
+
+def _matmul_operand(b, v: Value, batch: tuple):
+    """The node of a matmul operand with the batch axes ``batch`` and whether it is stored
+    with its last two axes swapped (then an ONNX Transpose of a key matrix costs nothing)."""
+    r = v.rank
+    if v.onnx_shape[:-2] == batch and v.perm == identity(r)[:-2] + (r - 1, r - 2):
+        return v.node, True
+    node = b.plain(v)
+    full = batch + v.onnx_shape[-2:]
+    if node.shape != full:              # numpy broadcasting of the batch axes
+        node = b.reshape(node, (1,) * (len(full) - r) + node.shape, f"{node.name}_lift")
+        if node.shape != full:
+            node = b.op("broadcast_to", [node], f"{node.name}_expand", shape=full)
+    return node, False
+
+
+@converts("MatMul")
+def _matmul(b, n):
+    a, w = n.inputs
+    if not isinstance(a, Value):
+        raise Unsupported("its first operand is a constant (a weight times a run-time matrix)")
+    if not isinstance(w, Value) and np.ndim(w) == 2 and a.rank >= 2:
+        return [_dense(b, a, np.asarray(w).T, n.name)]
+    if not isinstance(w, Value):
+        w = Value(b.const(np.asarray(w, np.float32), f"{n.name}_B"), identity(np.ndim(w)))
+    if a.rank < 2 or w.rank < 2:
+        raise Unsupported(f"a 1-d operand ({a.onnx_shape} x {w.onnx_shape})")
+    batch = tuple(np.broadcast_shapes(a.onnx_shape[:-2], w.onnx_shape[:-2]))
+    (na, ta), (nb, tb) = _matmul_operand(b, a, batch), _matmul_operand(b, w, batch)
+    out = b.op("batch_matmul" if batch else "matmul", [na, nb], n.name, transpose_a=ta, transpose_b=tb)
+    return [Value(out, identity(len(out.shape)))]
+
+
+@converts("Gemm")
+def _gemm(b, n):
+    a, w = n.inputs[:2]
+    c = n.inputs[2] if len(n.inputs) > 2 else None
+    alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
+    if not isinstance(a, Value) or isinstance(w, Value):
+        raise Unsupported("Gemm needs a run-time A and a constant B")
+    if n.attr("transA", 0):
+        a = Value(b.op("transpose", [b.plain(a)], f"{n.name}_At", axes=(1, 0)), (0, 1))
+    w = np.asarray(w, np.float64)
+    weight = (w if n.attr("transB", 0) else w.T) * alpha
+    y = _dense(b, a, weight, n.name)
+    if c is None or beta == 0.0:
+        return [y]
+    if isinstance(c, Value):
+        return [_elementwise(b, "add", [y, c if beta == 1.0 else _scaled(b, c, beta, n.name)], f"{n.name}_C")]
+    c = np.asarray(c, np.float64) * beta
+    units = y.node.shape[-1]
+    if c.size == units and c.shape in ((units,), (1, units)):
+        return [Value(b.op("bias_add", [y.node, b.const(c.reshape(units).astype(np.float32), f"{n.name}_bias")],
+                           f"{n.name}_bias_add", axis=-1), y.perm)]
+    return [_elementwise(b, "add", [y, c.astype(np.float32)], f"{n.name}_C")]
+
+
+def _scaled(b, v: Value, factor: float, name: str) -> Value:
+    return Value(b.op("scale", [v.node], f"{name}_scaled", value=factor), v.perm)
+
+
+# convolutions and pooling ------------------------------------------------------------------
+
+def _window(n, x: Value, kernel) -> tuple:
+    """(strides, dilations, pads before, pads after) of a window operator, auto_pad resolved."""
+    sd = len(kernel)
+    spatial = x.onnx_shape[2:]
+    strides = _ints(n.attr("strides", [1] * sd))
+    dilations = _ints(n.attr("dilations", [1] * sd))
+    auto_pad = n.attr("auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", "VALID"):
+        pads = _ints(n.attr("pads", [0] * 2 * sd)) if auto_pad == "NOTSET" else (0,) * 2 * sd
+        before, after = pads[:sd], pads[sd:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
+                  for i, s, k, d in zip(spatial, strides, kernel, dilations)]
+        small = [t // 2 for t in totals]
+        big = [t - t // 2 for t in totals]
+        before, after = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    else:
+        raise Unsupported(f"auto_pad={auto_pad!r}")
+    if min(before) < 0 or min(after) < 0:
+        raise Unsupported(f"negative pads {before}/{after}")
+    return strides, dilations, tuple(before), tuple(after)
+
+
+def _spatial_input(n, x: Value) -> Value:
+    if not 3 <= x.rank <= 5:
+        raise Unsupported(f"a {x.rank}-d input (1 to 3 spatial dimensions are supported)")
+    return x
+
+
+def _pad_attrs(before, after) -> dict:
+    return {"padding": before} if before == after else {"padding": before, "pad_after": after}
+
+
+@converts("Conv")
+def _conv(b, n):
+    x = _spatial_input(n, n.runtime_input(0))
+    w = np.asarray(n.const_input(1, "weight"), np.float32)
+    bias = n.const_input(2, "bias")
+    kernel = w.shape[2:]
+    strides, dilations, before, after = _window(n, x, kernel)
+    groups = int(n.attr("group", 1))
+    ci, co = x.onnx_shape[1], w.shape[0]
+    data = b.to_layout(x, channel_last(x.rank))
+    pads = _pad_attrs(before, after)
+    sd = len(kernel)
+    if groups > 1 and groups == ci and sd == 2 and w.shape[1] == 1:   # depthwise: weight (kh, kw, C, M)
+        weight = w.reshape(ci, co // ci, *kernel).transpose(2, 3, 0, 1)
+        y = b.op("depthwise_conv2d", [data, b.const(weight, f"{n.name}_weight")], n.name, stride=strides,
+                 dilation=dilations, **pads)
+    else:                                                                # (*kernel, CI/groups, CO)
+        weight = w.transpose(*range(2, 2 + sd), 1, 0)
+        y = b.op("conv", [data, b.const(weight, f"{n.name}_weight")], n.name, stride=strides,
+                 dilation=dilations, groups=groups, **pads)
+    if bias is not None:
+        y = b.op("bias_add", [y, b.const(np.asarray(bias, np.float32), f"{n.name}_bias")], f"{n.name}_bias_add",
+                 axis=-1)
+    return [Value(y, channel_last(x.rank))]
+
+
+@converts("ConvTranspose")
+def _conv_transpose(b, n):
+    x = _spatial_input(n, n.runtime_input(0))
+    w = np.asarray(n.const_input(1, "weight"), np.float32)
+    bias = n.const_input(2, "bias")
+    if x.rank != 4:
+        raise Unsupported("only 2-d transposed convolutions are supported")
+    if int(n.attr("group", 1)) != 1 or any(d != 1 for d in _ints(n.attr("dilations", [1, 1]))):
+        raise Unsupported("group or dilation other than 1")
+    kernel = w.shape[2:]
+    strides = _ints(n.attr("strides", [1, 1]))
+    extra = _ints(n.attr("output_padding", [0, 0]))
+    auto_pad = n.attr("auto_pad", "NOTSET")
+    if n.attr("output_shape") is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        spatial = x.onnx_shape[2:]
+        wanted = (_ints(n.attr("output_shape"))[-2:] if n.attr("output_shape") is not None
+                  else tuple(i * s for i, s in zip(spatial, strides)))
+        totals = [s * (i - 1) + e + k - o for s, i, e, k, o in zip(strides, spatial, extra, kernel, wanted)]
+        if min(totals) < 0:
+            raise Unsupported(f"output_shape {wanted} larger than the full transposed convolution")
+        small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
+        before, after = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    elif auto_pad == "VALID":
+        before = after = (0, 0)
+    else:
+        pads = _ints(n.attr("pads", [0, 0, 0, 0]))
+        before, after = pads[:2], pads[2:]
+    weight = w.transpose(2, 3, 0, 1)                                       # (kh, kw, CI, CO)
+    y = b.op("conv2d_transpose", [b.to_layout(x, channel_last(4)), b.const(weight, f"{n.name}_weight")], n.name,
+             stride=strides, output_padding=extra, **_pad_attrs(tuple(before), tuple(after)))
+    if bias is not None:
+        y = b.op("bias_add", [y, b.const(np.asarray(bias, np.float32), f"{n.name}_bias")], f"{n.name}_bias_add",
+                 axis=-1)
+    return [Value(y, channel_last(4))]
+
+
+@converts("MaxPool", "AveragePool")
+def _pool(b, n):
+    n.only_first_output()
+    x = _spatial_input(n, n.runtime_input(0))
+    kernel = _ints(n.attr("kernel_shape"))
+    strides, dilations, before, after = _window(n, x, kernel)
+    if n.attr("storage_order", 0):
+        raise Unsupported("storage_order=1")
+    y = b.op("pool", [b.to_layout(x, channel_last(x.rank))], n.name, kernel=kernel, stride=strides,
+             pool_type="max" if n.op_type == "MaxPool" else "avg", ceil_mode=bool(n.attr("ceil_mode", 0)),
+             count_include_pad=bool(n.attr("count_include_pad", 0)), dilation=dilations,
+             **_pad_attrs(before, after))
+    return [Value(y, channel_last(x.rank))]
+
+
+@converts("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(b, n):
+    x = _spatial_input(n, n.runtime_input(0))
+    y = b.op("global_pool", [b.to_layout(x, channel_last(x.rank))], n.name,
+             pool_type="avg" if n.op_type == "GlobalAveragePool" else "max")
+    return [Value(y, channel_last(x.rank))]
+
+
+# normalisation ------------------------------------------------------------------------------
+
+@converts("BatchNormalization")
+def _batch_norm(b, n):
+    n.only_first_output()
+    if n.attr("training_mode", 0):
+        raise Unsupported("training_mode=1")
+    x = n.runtime_input(0)
+    params = [np.asarray(n.const_input(k, what), np.float32)
+              for k, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var"))]
+    if x.rank >= 3 and x.perm == identity(x.rank):       # a batch norm on channel-first data: go channel-last
+        x = Value(b.to_layout(x, channel_last(x.rank)), channel_last(x.rank))
+    axis = x.graph_axis(1)
+    nodes = [b.const(p, f"{n.name}_{k}") for k, p in enumerate(params)]
+    y = b.op("batch_norm", [x.node, *nodes], n.name, eps=float(n.attr("epsilon", 1e-5)),
+             axis=-1 if axis == x.rank - 1 else axis)
+    return [Value(y, x.perm)]
+
+
+@converts("LayerNormalization")
+def _layer_norm(b, n):
+    n.only_first_output()
+    x = n.runtime_input(0)
+    axis = int(n.attr("axis", -1)) % x.rank
+    width = math.prod(x.onnx_shape[axis:])
+    scale = np.broadcast_to(np.asarray(n.const_input(1, "scale"), np.float32), x.onnx_shape[axis:]).reshape(width)
+    bias = n.const_input(2, "bias", np.zeros(x.onnx_shape[axis:], np.float32))
+    bias = np.broadcast_to(np.asarray(bias, np.float32), x.onnx_shape[axis:]).reshape(width)
+    eps = float(n.attr("epsilon", 1e-5))
+    gamma, beta = b.const(scale, f"{n.name}_scale"), b.const(bias, f"{n.name}_bias")
+    if axis == x.rank - 1 and x.perm[-1] == x.rank - 1:
+        return [Value(b.op("layer_norm", [x.node, gamma, beta], n.name, eps=eps), x.perm)]
+    rows = b.reshape(b.plain(x), (math.prod(x.onnx_shape[:axis]), width), n.name)
+    y = b.op("layer_norm", [rows, gamma, beta], n.name, eps=eps)
+    return [Value(b.reshape(y, x.onnx_shape, f"{n.name}_out"), identity(x.rank))]
+
+
+@converts("LRN")
+def _lrn(b, n):
+    x = n.runtime_input(0)
+    y = b.op("lrn", [x.node], n.name, size=int(n.attr("size")), alpha=float(n.attr("alpha", 1e-4)),
+             beta=float(n.attr("beta", 0.75)), bias=float(n.attr("bias", 1.0)), axis=x.graph_axis(1))
+    return [Value(y, x.perm)]
+
+
+@converts("Softmax", "LogSoftmax")
+def _softmax(b, n):
+    x = n.runtime_input(0)
+    kind = "softmax" if n.op_type == "Softmax" else "log_softmax"
+    axis = int(n.attr("axis", -1 if n.opset >= 13 else 1)) % x.rank
+    if n.opset >= 13 or all(s == 1 for s in x.onnx_shape[axis + 1:]):
+        return [Value(b.op(kind, [x.node], n.name, axis=x.graph_axis(axis)), x.perm)]
+    # before opset 13: the axes from ``axis`` on are flattened into one
+    rows = b.reshape(b.plain(x), (math.prod(x.onnx_shape[:axis]), math.prod(x.onnx_shape[axis:])), n.name)
+    y = b.op(kind, [rows], n.name, axis=-1)
+    return [Value(b.reshape(y, x.onnx_shape, f"{n.name}_out"), identity(x.rank))]
+
+
+_REDUCERS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+
+
+@converts(*_REDUCERS)
+def _reduce(b, n):
+    x = n.runtime_input(0)
+    axes_as_input = n.opset >= 18 or (n.op_type == "ReduceSum" and n.opset >= 13)
+    axes = n.const_input(1, "axes") if axes_as_input else n.attr("axes")
+    if axes is None or np.size(axes) == 0:
+        if n.attr("noop_with_empty_axes", 0):
+            return [x]
+        axes = range(x.rank)
+    onnx_axes = sorted({int(a) % x.rank for a in np.ravel(axes)})
+    keepdims = bool(n.attr("keepdims", 1))
+    y = b.op("reduce", [x.node], n.name, axes=tuple(x.graph_axis(a) for a in onnx_axes),
+             reducer=_REDUCERS[n.op_type], keepdims=keepdims)
+    if keepdims:
+        return [Value(y, x.perm)]
+    kept = [a for a in x.perm if a not in onnx_axes]
+    return [Value(y, tuple(sorted(kept).index(a) for a in kept))]
+
+
+# shapes and data movement --------------------------------------------------------------------
+
+@converts("Reshape")
+def _reshape(b, n):
+    x = n.runtime_input(0)
+    target = list(_ints(n.const_input(1, "shape")))
+    allowzero = bool(n.attr("allowzero", 0))
+    for k, s in enumerate(target):
+        if s == 0 and not allowzero:
+            target[k] = x.onnx_shape[k]
+    if -1 in target:
+        known = math.prod(s for s in target if s != -1)
+        target[target.index(-1)] = math.prod(x.onnx_shape) // known
+    return [Value(b.reshape(b.plain(x), target, n.name), identity(len(target)))]
+
+
+@converts("Flatten")
+def _flatten(b, n):
+    x = n.runtime_input(0)
+    axis = int(n.attr("axis", 1)) % (x.rank + 1)
+    shape = (math.prod(x.onnx_shape[:axis]), math.prod(x.onnx_shape[axis:]))
+    return [Value(b.reshape(b.plain(x), shape, n.name), (0, 1))]
+
+
+@converts("Squeeze")
+def _squeeze(b, n):
+    x = n.runtime_input(0)
+    axes = n.const_input(1, "axes") if n.opset >= 13 else n.attr("axes")
+    gone = ({int(a) % x.rank for a in np.ravel(axes)} if axes is not None
+            else {a for a, s in enumerate(x.onnx_shape) if s == 1})
+    kept = [(j, p) for j, p in enumerate(x.perm) if p not in gone]
+    node = b.reshape(x.node, [x.node.shape[j] for j, _ in kept], n.name)
+    return [Value(node, tuple(p - sum(g < p for g in gone) for _, p in kept))]
+
+
+@converts("Unsqueeze")
+def _unsqueeze(b, n):
+    x = n.runtime_input(0)
+    axes = n.const_input(1, "axes") if n.opset >= 13 else n.attr("axes")
+    rank = x.rank + np.size(axes)
+    new = sorted(int(a) % rank for a in np.ravel(axes))
+    old_to_new = [a for a in range(rank) if a not in new]
+    node = b.reshape(x.node, x.node.shape + (1,) * len(new), n.name)
+    return [Value(node, tuple(old_to_new[p] for p in x.perm) + tuple(new))]
+
+
+@converts("Transpose")
+def _transpose(b, n):
+    x = n.runtime_input(0)
+    order = _ints(n.attr("perm", list(reversed(range(x.rank)))))
+    return [Value(x.node, tuple(order.index(p) for p in x.perm))]
+
+
+@converts("Concat")
+def _concat(b, n):
+    values = [v for v in n.inputs if v is not None and (isinstance(v, Value) or np.size(v))]
+    lead = _leader(values)
+    axis = int(n.attr("axis")) % lead.rank
+    nodes = [_operand(b, v, lead, f"{n.name}_in{k}") for k, v in enumerate(values)]
+    return [Value(b.op("concat", nodes, n.name, axis=lead.graph_axis(axis)), lead.perm)]
+
+
+def _slice(b, x: Value, begin, step, shape, name: str) -> Value:
+    """A strided slice given per ONNX axis, made on the node in its own order."""
+    if tuple(shape) == x.onnx_shape and all(s == 1 for s in step):
+        return x
+    node = b.op("strided_slice", [x.node], name, begin=x.to_graph_order(begin), step=x.to_graph_order(step),
+                shape=x.to_graph_order(shape))
+    return Value(node, x.perm)
+
+
+@converts("Split")
+def _split(b, n):
+    x = n.runtime_input(0)
+    axis = int(n.attr("axis", 0)) % x.rank
+    size = x.onnx_shape[axis]
+    parts = n.const_input(1, "split") if n.opset >= 13 else n.attr("split")
+    count = len(n.outputs_used)
+    if parts is None:
+        chunk = -(-size // int(n.attr("num_outputs", count)))
+        parts = [min(chunk, size - k * chunk) for k in range(count)]
+    outs, start = [], 0
+    for k, length in enumerate(_ints(parts)):
+        begin = [0] * x.rank
+        begin[axis] = start
+        shape = list(x.onnx_shape)
+        shape[axis] = length
+        outs.append(_slice(b, x, begin, [1] * x.rank, shape, f"{n.name}_{k}"))
+        start += length
+    return outs
+
+
+@converts("Slice")
+def _slice_op(b, n):
+    x = n.runtime_input(0)
+    if n.opset < 10:
+        starts, ends, axes, steps = n.attr("starts"), n.attr("ends"), n.attr("axes"), None
+    else:
+        starts, ends = n.const_input(1, "starts"), n.const_input(2, "ends")
+        axes, steps = n.const_input(3, "axes"), n.const_input(4, "steps")
+    starts, ends = _ints(starts), _ints(ends)
+    axes = _ints(axes) if axes is not None else tuple(range(len(starts)))
+    steps = _ints(steps) if steps is not None else (1,) * len(starts)
+    begin, step, shape = [0] * x.rank, [1] * x.rank, list(x.onnx_shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a %= x.rank
+        dim = x.onnx_shape[a]
+        s, e = (s + dim if s < 0 else s), (e + dim if e < 0 else e)
+        s, e = (min(max(s, 0), dim), min(max(e, 0), dim)) if st > 0 else (min(max(s, 0), dim - 1),
+                                                                           min(max(e, -1), dim - 1))
+        length = max(0, -(-(e - s) // st))
+        if length == 0:
+            raise Unsupported(f"an empty slice along axis {a}")
+        begin[a], step[a], shape[a] = s, st, length
+    return [_slice(b, x, begin, step, shape, n.name)]
+
+
+@converts("Gather")
+def _gather(b, n):
+    data, indices = n.inputs
+    if isinstance(data, Value):
+        axis = int(n.attr("axis", 0)) % data.rank
+        if isinstance(indices, Value):
+            raise Unsupported("both the data and the indices are computed at run time")
+        idx = np.asarray(indices, np.int64)
+        node = b.op("gather", [b.plain(data), b.const(idx.reshape(idx.shape or (1,)), f"{n.name}_indices")],
+                    n.name, axis=axis)
+        out_shape = data.onnx_shape[:axis] + idx.shape + data.onnx_shape[axis + 1:]
+        return [Value(b.reshape(node, out_shape, n.name), identity(len(out_shape)))]
+    table = np.asarray(data)
+    axis = int(n.attr("axis", 0)) % table.ndim
+    if indices.node.is_input:      # token ids: random inputs stay inside the table
+        indices.node.attrs["high"] = table.shape[axis]
+    node = b.op("gather", [b.const(table, f"{n.name}_table"), b.plain(indices)], n.name, axis=axis)
+    return [Value(node, identity(len(node.shape)))]
+
+
+@converts("Pad")
+def _pad(b, n):
+    x = n.runtime_input(0)
+    mode = n.attr("mode", "constant")
+    if n.opset < 11:
+        pads, value, axes = _ints(n.attr("pads")), float(n.attr("value", 0.0)), None
+    else:
+        pads = _ints(n.const_input(1, "pads"))
+        value = float(np.ravel(n.const_input(2, "constant_value", np.zeros(1)))[0])
+        axes = n.const_input(3, "axes")
+    axes = [int(a) % x.rank for a in np.ravel(axes)] if axes is not None else list(range(x.rank))
+    before, after = [0] * x.rank, [0] * x.rank
+    for k, a in enumerate(axes):
+        before[a], after[a] = pads[k], pads[k + len(axes)]
+    if min(before + after) < 0:
+        raise Unsupported(f"negative pads {pads}")
+    y = b.op("pad", [x.node], n.name, pad_before=x.to_graph_order(before), pad_after=x.to_graph_order(after),
+             mode=mode, value=value)
+    return [Value(y, x.perm)]
+
+
+@converts("Resize")
+def _resize(b, n):
+    x = n.runtime_input(0)
+    mode = n.attr("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"mode={mode!r} (nearest and linear are supported)")
+    if n.opset < 11:
+        scales, sizes = n.const_input(1, "scales"), None
+        coord, nearest = "asymmetric", "floor"
+    else:
+        scales, sizes = n.const_input(2, "scales"), n.const_input(3, "sizes")
+        coord = n.attr("coordinate_transformation_mode", "half_pixel")
+        nearest = n.attr("nearest_mode", "round_prefer_floor")
+    if coord == "tf_crop_and_resize" or n.attr("antialias", 0) or n.attr("keep_aspect_ratio_policy",
+                                                                            "stretch") != "stretch":
+        raise Unsupported("tf_crop_and_resize, antialias or a keep_aspect_ratio_policy")
+    axes = n.attr("axes")
+    axes = [int(a) % x.rank for a in axes] if axes is not None else list(range(x.rank))
+    full_scales, shape = [1.0] * x.rank, list(x.onnx_shape)
+    if sizes is not None and np.size(sizes):
+        for a, s in zip(axes, _ints(sizes)):
+            shape[a], full_scales[a] = s, s / x.onnx_shape[a]
+    elif scales is not None and np.size(scales):
+        for a, s in zip(axes, np.ravel(scales)):
+            full_scales[a], shape[a] = float(s), int(math.floor(x.onnx_shape[a] * float(s)))
+    else:
+        raise Unsupported("neither scales nor sizes are given")
+    y = b.op("resize", [x.node], n.name, shape=x.to_graph_order(shape), scales=x.to_graph_order(full_scales),
+             mode=mode, coordinate_mode=coord, nearest_mode=nearest)
+    return [Value(y, x.perm)]
