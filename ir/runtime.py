@@ -142,6 +142,12 @@ class Kernel:
         argv = self._pack(arrays)
         self._compiled.entry(argv)
 
+    def native_call(self, *arrays) -> tuple[int, ctypes.Array]:
+        """The compiled function's address and its argument vector for ``arrays``, checked
+        once, here: for callers that run the kernel many times from native code (a graph
+        executor's driver). The arrays must stay alive while the vector is used."""
+        return ctypes.cast(self._compiled.entry, ctypes.c_void_p).value, self._pack(arrays)
+
     def time(self, *arrays, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0) -> TimeResult:
         """Seconds per call. Each of ``repeat`` measurements runs ``number`` back-to-back calls
         in native code; ``number`` grows until one measurement lasts ``min_repeat_ms``."""

@@ -3,8 +3,11 @@
 ``GraphExecutor`` compiles one kernel per workload (identical subgraphs share it): the
 tuned program where there is one (``states`` by workload key, or the best records of a
 tuning log), else a default schedule, with a loud ``UntunedWorkloadWarning`` for a tuning
-task. Constant weights are packed for layout-rewritten kernels once, when the executor is
-built; buffers are allocated once; ``run`` calls the kernels in topological order.
+task. Everything a run needs is prepared when the executor is built: constant weights
+packed for layout-rewritten kernels, the tensors' memory planned by liveness (``memory``;
+reshapes are views), every kernel's arguments checked, and the calls laid out for the
+native driver (``driver``), so that ``run`` is one native call: no allocation, no checks
+and no Python between kernels.
 
 ``run_reference`` is independent numpy code per node type (float64, ``opdefs``) run over the
 original graph (before batch-norm folding), so it checks the passes as well as the kernels.
@@ -23,6 +26,8 @@ import sketch_rules.analysis as A
 from ..records import HistoryBest, UntunedWorkloadWarning
 from .graph import Graph
 from .opdefs import opdef
+from .driver import NativeDriver
+from .memory import ALIGNMENT, MemoryPlan, nbytes, plan_memory
 from .partition import PartitionedGraph
 
 
@@ -109,6 +114,22 @@ def default_schedule(dag: ir.ComputeDAG) -> ir.State:
     return state
 
 
+def _runtime_inputs(sg) -> list:
+    return [n for n in sg.inputs if not n.is_const]
+
+
+def _is_alias(sg) -> bool:
+    """A subgraph that only reshapes one run-time tensor: a view of it, no kernel."""
+    return all(n.kind == "reshape" for n in sg.nodes) and len(sg.inputs) == 1 and not sg.inputs[0].is_const
+
+
+def _aligned_empty(size: int) -> np.ndarray:
+    """``size`` uninitialised bytes starting on an ``ALIGNMENT`` boundary."""
+    raw = np.empty(size + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + size]
+
+
 @dataclass
 class _Program:
     state: ir.State
@@ -137,6 +158,8 @@ class GraphExecutor:
         untuned = []
         t0 = time.perf_counter()
         for w in partitioned.workloads:
+            if all(_is_alias(sg) for sg in w.subgraphs):
+                continue
             prog = None
             if states.get(w.workload_key) is not None:
                 prog = _Program(states[w.workload_key], layout_rewrite, True)
@@ -159,11 +182,14 @@ class GraphExecutor:
                           f"no tuned program and run a default schedule: {names}", UntunedWorkloadWarning,
                           stacklevel=2)
         self.untuned = untuned
-        self._buffers: dict[int, np.ndarray] = {}
-        for node in self.graph.inputs:
-            self._buffers[id(node)] = np.zeros(node.shape, node.dtype)
-        self._calls = []
+        self.memory = plan_memory([(sg.output, _runtime_inputs(sg), _is_alias(sg)) for sg in partitioned.subgraphs],
+                                  self.graph)
+        self._buffers = self._allocate(self.memory)
+        #: (subgraph, kernel, arguments) of each kernel call, in run order (reshapes are views, not calls)
+        self.calls = []
         for sg in partitioned.subgraphs:
+            if _is_alias(sg):
+                continue
             prog = self.programs[sg.workload.workload_key]
             kernel, placeholders = prog.kernel, sg.workload.dag.inputs
             args = []
@@ -173,16 +199,28 @@ class GraphExecutor:
                     args.append(kernel.pack(ph.name, value) if ph.name in kernel.layouts else value)
                 else:
                     args.append(self._buffers[id(node)])
-            out = self._buffers[id(sg.output)] = np.zeros(sg.output.shape, sg.output.dtype)
-            self._calls.append((kernel, tuple(args) + (out,)))
+            self.calls.append((sg, kernel, tuple(args) + (self._buffers[id(sg.output)],)))
+        self._driver = NativeDriver([kernel.native_call(*args) for _, kernel, args in self.calls])
+
+    def _allocate(self, plan: MemoryPlan) -> dict:
+        """Every tensor's array: inputs and outputs their own, the rest views of one arena."""
+        buffers = {id(n): _aligned_empty(nbytes(n)).view(n.dtype).reshape(n.shape) for n in plan.own}
+        arena = _aligned_empty(plan.arena_bytes)
+        for n in self.graph.nodes:
+            if id(n) in plan.offsets:
+                start = plan.offsets[id(n)]
+                buffers[id(n)] = arena[start:start + nbytes(n)].view(n.dtype).reshape(n.shape)
+        for n in self.graph.nodes:
+            if id(n) in plan.aliases:
+                buffers[id(n)] = buffers[id(plan.storage(n))].reshape(n.shape)
+        return buffers
 
     @property
     def n_kernels(self) -> int:
-        return len(self._calls)
+        return len(self.calls)
 
     def _run(self) -> None:
-        for kernel, args in self._calls:
-            kernel(*args)
+        self._driver.run()
 
     def _set_inputs(self, inputs) -> None:
         if len(inputs) != len(self.graph.inputs):
@@ -225,11 +263,12 @@ class GraphExecutor:
             inputs = self.graph.random_inputs(0)
         self._set_inputs(inputs)
         self._run()
-        rows = []
-        first = {}
-        for sg, call in zip(self.partitioned.subgraphs, self._calls):
-            first.setdefault(sg.workload.workload_key, call)
+        rows, first = [], {}
+        for sg, kernel, args in self.calls:
+            first.setdefault(sg.workload.workload_key, (kernel, args))
         for w in self.partitioned.workloads:
+            if w.workload_key not in first:      # reshapes only: views, no kernel
+                continue
             kernel, args = first[w.workload_key]
             t = kernel.time(*args, number=1, repeat=repeat, min_repeat_ms=10).median
             rows.append({"workload": w.desc, "weight": w.weight, "seconds": t, "total": t * w.weight,

@@ -132,6 +132,28 @@ def _inferred_shapes(model) -> dict:
     return shapes
 
 
+def node_attributes(node) -> dict:
+    """A node's attributes as Python values (strings decoded)."""
+    from onnx import helper
+    attrs = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        attrs[a.name] = v.decode() if isinstance(v, bytes) else v
+    return attrs
+
+
+def fold_node(node, inputs, opset: int) -> list:
+    """The outputs of a node whose ``inputs`` are all known (arrays, None where omitted),
+    computed by ONNX's reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+    try:
+        evaluator = ReferenceEvaluator(node, opsets={"": opset})
+        feeds = {i: v for i, v in zip(node.input, inputs) if i}
+        return list(evaluator.run(None, feeds))
+    except Exception as err:  # noqa: BLE001 - any failure means we cannot fold it
+        raise Unsupported(f"constant folding failed ({type(err).__name__}: {str(err)[:120]})") from None
+
+
 class _Importer:
     """One model's conversion: values by ONNX name, unsupported nodes collected."""
 
@@ -222,22 +244,11 @@ class _Importer:
         self.poisoned.update(node.output)
 
     def _onnx_node(self, node, name: str, inputs) -> OnnxNode:
-        from onnx import helper
-        attrs = {}
-        for a in node.attribute:
-            v = helper.get_attribute_value(a)
-            attrs[a.name] = v.decode() if isinstance(v, bytes) else v
-        return OnnxNode(node.op_type, name, self.opset, attrs, inputs, [self._used[o] > 0 for o in node.output])
+        return OnnxNode(node.op_type, name, self.opset, node_attributes(node), inputs,
+                        [self._used[o] > 0 for o in node.output])
 
     def _fold(self, node, inputs) -> list:
-        """Evaluate a node of constants with ONNX's reference implementation."""
-        from onnx.reference import ReferenceEvaluator
-        try:
-            evaluator = ReferenceEvaluator(node, opsets={"": self.opset})
-            feeds = {i: v for i, v in zip(node.input, inputs) if i}
-            return list(evaluator.run(None, feeds))
-        except Exception as err:  # noqa: BLE001 - any failure means we cannot fold it
-            raise Unsupported(f"constant folding failed ({type(err).__name__}: {str(err)[:120]})") from None
+        return fold_node(node, inputs, self.opset)
 
     @staticmethod
     def _shape_of(node, value: Value) -> np.ndarray:

@@ -276,15 +276,15 @@ def _scaled(b, v: Value, factor: float, name: str) -> Value:
 
 # convolutions and pooling ------------------------------------------------------------------
 
-def _window(n, x: Value, kernel) -> tuple:
-    """(strides, dilations, pads before, pads after) of a window operator, auto_pad resolved."""
+def window_params(attrs: dict, spatial, kernel) -> tuple:
+    """(strides, dilations, pads before, pads after) of an ONNX Conv or pooling node with
+    these attributes on input extents ``spatial``, auto_pad resolved."""
     sd = len(kernel)
-    spatial = x.onnx_shape[2:]
-    strides = _ints(n.attr("strides", [1] * sd))
-    dilations = _ints(n.attr("dilations", [1] * sd))
-    auto_pad = n.attr("auto_pad", "NOTSET")
+    strides = _ints(attrs.get("strides", [1] * sd))
+    dilations = _ints(attrs.get("dilations", [1] * sd))
+    auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad in ("NOTSET", "VALID"):
-        pads = _ints(n.attr("pads", [0] * 2 * sd)) if auto_pad == "NOTSET" else (0,) * 2 * sd
+        pads = _ints(attrs.get("pads", [0] * 2 * sd)) if auto_pad == "NOTSET" else (0,) * 2 * sd
         before, after = pads[:sd], pads[sd:]
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         totals = [max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
@@ -297,6 +297,30 @@ def _window(n, x: Value, kernel) -> tuple:
     if min(before) < 0 or min(after) < 0:
         raise Unsupported(f"negative pads {before}/{after}")
     return strides, dilations, tuple(before), tuple(after)
+
+
+def conv_transpose_params(attrs: dict, spatial, kernel) -> tuple:
+    """(strides, output padding, pads before, pads after) of an ONNX ConvTranspose node
+    (2-d, no groups or dilation), ``output_shape`` and auto_pad resolved."""
+    if int(attrs.get("group", 1)) != 1 or any(d != 1 for d in _ints(attrs.get("dilations", [1, 1]))):
+        raise Unsupported("group or dilation other than 1")
+    strides = _ints(attrs.get("strides", [1, 1]))
+    extra = _ints(attrs.get("output_padding", [0, 0]))
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if attrs.get("output_shape") is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        wanted = (_ints(attrs["output_shape"])[-2:] if attrs.get("output_shape") is not None
+                  else tuple(i * s for i, s in zip(spatial, strides)))
+        totals = [s * (i - 1) + e + k - o for s, i, e, k, o in zip(strides, spatial, extra, kernel, wanted)]
+        if min(totals) < 0:
+            raise Unsupported(f"output_shape {wanted} larger than the full transposed convolution")
+        small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
+        before, after = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    elif auto_pad == "VALID":
+        before = after = (0, 0)
+    else:
+        pads = _ints(attrs.get("pads", [0, 0, 0, 0]))
+        before, after = pads[:2], pads[2:]
+    return strides, extra, tuple(before), tuple(after)
 
 
 def _spatial_input(n, x: Value) -> Value:
@@ -315,7 +339,7 @@ def _conv(b, n):
     w = np.asarray(n.const_input(1, "weight"), np.float32)
     bias = n.const_input(2, "bias")
     kernel = w.shape[2:]
-    strides, dilations, before, after = _window(n, x, kernel)
+    strides, dilations, before, after = window_params(n.attrs, x.onnx_shape[2:], kernel)
     groups = int(n.attr("group", 1))
     ci, co = x.onnx_shape[1], w.shape[0]
     data = b.to_layout(x, channel_last(x.rank))
@@ -342,29 +366,10 @@ def _conv_transpose(b, n):
     bias = n.const_input(2, "bias")
     if x.rank != 4:
         raise Unsupported("only 2-d transposed convolutions are supported")
-    if int(n.attr("group", 1)) != 1 or any(d != 1 for d in _ints(n.attr("dilations", [1, 1]))):
-        raise Unsupported("group or dilation other than 1")
-    kernel = w.shape[2:]
-    strides = _ints(n.attr("strides", [1, 1]))
-    extra = _ints(n.attr("output_padding", [0, 0]))
-    auto_pad = n.attr("auto_pad", "NOTSET")
-    if n.attr("output_shape") is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        spatial = x.onnx_shape[2:]
-        wanted = (_ints(n.attr("output_shape"))[-2:] if n.attr("output_shape") is not None
-                  else tuple(i * s for i, s in zip(spatial, strides)))
-        totals = [s * (i - 1) + e + k - o for s, i, e, k, o in zip(strides, spatial, extra, kernel, wanted)]
-        if min(totals) < 0:
-            raise Unsupported(f"output_shape {wanted} larger than the full transposed convolution")
-        small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
-        before, after = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-    elif auto_pad == "VALID":
-        before = after = (0, 0)
-    else:
-        pads = _ints(n.attr("pads", [0, 0, 0, 0]))
-        before, after = pads[:2], pads[2:]
+    strides, extra, before, after = conv_transpose_params(n.attrs, x.onnx_shape[2:], w.shape[2:])
     weight = w.transpose(2, 3, 0, 1)                                       # (kh, kw, CI, CO)
     y = b.op("conv2d_transpose", [b.to_layout(x, channel_last(4)), b.const(weight, f"{n.name}_weight")], n.name,
-             stride=strides, output_padding=extra, **_pad_attrs(tuple(before), tuple(after)))
+             stride=strides, output_padding=extra, **_pad_attrs(before, after))
     if bias is not None:
         y = b.op("bias_add", [y, b.const(np.asarray(bias, np.float32), f"{n.name}_bias")], f"{n.name}_bias_add",
                  axis=-1)
@@ -376,7 +381,7 @@ def _pool(b, n):
     n.only_first_output()
     x = _spatial_input(n, n.runtime_input(0))
     kernel = _ints(n.attr("kernel_shape"))
-    strides, dilations, before, after = _window(n, x, kernel)
+    strides, dilations, before, after = window_params(n.attrs, x.onnx_shape[2:], kernel)
     if n.attr("storage_order", 0):
         raise Unsupported("storage_order=1")
     y = b.op("pool", [b.to_layout(x, channel_last(x.rank))], n.name, kernel=kernel, stride=strides,

@@ -410,3 +410,27 @@ def test_light_models_match_onnxruntime(name):
     weights are all 0.02, which would hide layout mistakes), default schedules, vs onnxruntime."""
     model = with_random_weights(light_model(name), seed=0)
     check(model, rtol=2e-4)
+
+
+def test_torch_runner_matches_onnxruntime():
+    """The PyTorch baseline that the CLI and the benchmark time runs the same models."""
+    pytest.importorskip("torch", reason="the PyTorch baseline needs torch")
+    from autosched.graph.onnx_torch import torch_runner
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                              ceil_mode=1),
+             helper.make_node("Shape", ["p1"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus_one"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["p1", "shape"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["g"], transB=1),
+             helper.make_node("Softmax", ["g"], ["y"], axis=1)]
+    inits = {"w1": w(8, 3, 3, 3), "b1": w(8), "lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
+             "zero": np.array(0, np.int64), "ax": i64(0), "minus_one": i64(-1), "wf": w(10, 8 * 3 * 3), "bf": w(10)}
+    model = make_model(nodes, {"x": (2, 3, 11, 11)}, ["y"], inits, 13)
+    x = rng.standard_normal((2, 3, 11, 11)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(torch_runner(model, threads=1)(x)[0], sess.run(None, {"x": x})[0], rtol=1e-5,
+                               atol=1e-6)
