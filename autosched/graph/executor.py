@@ -50,6 +50,23 @@ def run_reference(graph: Graph, inputs) -> list[np.ndarray]:
     return [values[id(o)] for o in graph.outputs]
 
 
+def time_repeats(fn, repeat: int, min_repeat_ms: float = 0.0) -> list[float]:
+    """Seconds per call of ``fn`` in each of ``repeat`` repeats, after one warm-up call; a
+    repeat calls it until ``min_repeat_ms`` have passed (once at least)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed * 1e3 >= min_repeat_ms:
+                break
+        times.append(elapsed / n)
+    return times
+
+
 #: loop iterations below which the default schedule stays on one thread
 _MIN_PARALLEL_WORK = 1 << 16
 
@@ -243,17 +260,7 @@ class GraphExecutor:
         if not inputs:
             inputs = self.graph.random_inputs(0)
         self._set_inputs(inputs)
-        self._run()
-        times = []
-        for _ in range(repeat):
-            n, t0 = 0, time.perf_counter()
-            while True:
-                self._run()
-                n += 1
-                elapsed = time.perf_counter() - t0
-                if elapsed * 1e3 >= min_repeat_ms:
-                    break
-            times.append(elapsed / n)
+        times = time_repeats(self._run, repeat, min_repeat_ms)
         return {"median": statistics.median(times), "min": min(times), "times": times}
 
     def profile(self, *inputs, repeat: int = 3) -> list[dict]:

@@ -85,7 +85,7 @@ def _static_shape(value_info):
     return shape if all(s is not None and s > 0 for s in shape) else None
 
 
-def _fix_input_shapes(model, input_shapes):
+def fix_input_shapes(model, input_shapes):
     """A copy of ``model`` whose run-time inputs have the static shapes given (by name);
     every input must end up with a fully known shape."""
     onnx = _onnx()
@@ -118,7 +118,7 @@ def _fix_input_shapes(model, input_shapes):
     return model
 
 
-def _inferred_shapes(model) -> dict:
+def inferred_shapes(model) -> dict:
     onnx = _onnx()
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
@@ -164,7 +164,7 @@ class _Importer:
         self.values: dict = {}
         self.unsupported: dict = defaultdict(list)
         self.poisoned: set = set()
-        self.inferred = _inferred_shapes(model)
+        self.inferred = inferred_shapes(model)
         self._used = defaultdict(int)
         for node in model.graph.node:
             for i in node.input:
@@ -290,7 +290,7 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     if opset not in OPSETS:
         raise ValueError(f"the model uses opset {opset} of the default ONNX domain; autosched imports opsets "
                          f"{OPSETS.start} to {OPSETS.stop - 1} (convert it with onnx.version_converter)")
-    model = _fix_input_shapes(model, input_shapes)
+    model = fix_input_shapes(model, input_shapes)
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
                                     if isinstance(model_or_path, (str, os.PathLike)) else "onnx_model")

@@ -64,7 +64,7 @@ def converts(*op_types):
     return register
 
 
-def _ints(v) -> tuple:
+def as_ints(v) -> tuple:
     return tuple(int(x) for x in np.asarray(v).ravel())
 
 
@@ -280,11 +280,11 @@ def window_params(attrs: dict, spatial, kernel) -> tuple:
     """(strides, dilations, pads before, pads after) of an ONNX Conv or pooling node with
     these attributes on input extents ``spatial``, auto_pad resolved."""
     sd = len(kernel)
-    strides = _ints(attrs.get("strides", [1] * sd))
-    dilations = _ints(attrs.get("dilations", [1] * sd))
+    strides = as_ints(attrs.get("strides", [1] * sd))
+    dilations = as_ints(attrs.get("dilations", [1] * sd))
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad in ("NOTSET", "VALID"):
-        pads = _ints(attrs.get("pads", [0] * 2 * sd)) if auto_pad == "NOTSET" else (0,) * 2 * sd
+        pads = as_ints(attrs.get("pads", [0] * 2 * sd)) if auto_pad == "NOTSET" else (0,) * 2 * sd
         before, after = pads[:sd], pads[sd:]
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         totals = [max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
@@ -302,13 +302,13 @@ def window_params(attrs: dict, spatial, kernel) -> tuple:
 def conv_transpose_params(attrs: dict, spatial, kernel) -> tuple:
     """(strides, output padding, pads before, pads after) of an ONNX ConvTranspose node
     (2-d, no groups or dilation), ``output_shape`` and auto_pad resolved."""
-    if int(attrs.get("group", 1)) != 1 or any(d != 1 for d in _ints(attrs.get("dilations", [1, 1]))):
+    if int(attrs.get("group", 1)) != 1 or any(d != 1 for d in as_ints(attrs.get("dilations", [1, 1]))):
         raise Unsupported("group or dilation other than 1")
-    strides = _ints(attrs.get("strides", [1, 1]))
-    extra = _ints(attrs.get("output_padding", [0, 0]))
+    strides = as_ints(attrs.get("strides", [1, 1]))
+    extra = as_ints(attrs.get("output_padding", [0, 0]))
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if attrs.get("output_shape") is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        wanted = (_ints(attrs["output_shape"])[-2:] if attrs.get("output_shape") is not None
+        wanted = (as_ints(attrs["output_shape"])[-2:] if attrs.get("output_shape") is not None
                   else tuple(i * s for i, s in zip(spatial, strides)))
         totals = [s * (i - 1) + e + k - o for s, i, e, k, o in zip(strides, spatial, extra, kernel, wanted)]
         if min(totals) < 0:
@@ -318,7 +318,7 @@ def conv_transpose_params(attrs: dict, spatial, kernel) -> tuple:
     elif auto_pad == "VALID":
         before = after = (0, 0)
     else:
-        pads = _ints(attrs.get("pads", [0, 0, 0, 0]))
+        pads = as_ints(attrs.get("pads", [0, 0, 0, 0]))
         before, after = pads[:2], pads[2:]
     return strides, extra, tuple(before), tuple(after)
 
@@ -380,7 +380,7 @@ def _conv_transpose(b, n):
 def _pool(b, n):
     n.only_first_output()
     x = _spatial_input(n, n.runtime_input(0))
-    kernel = _ints(n.attr("kernel_shape"))
+    kernel = as_ints(n.attr("kernel_shape"))
     strides, dilations, before, after = window_params(n.attrs, x.onnx_shape[2:], kernel)
     if n.attr("storage_order", 0):
         raise Unsupported("storage_order=1")
@@ -484,7 +484,7 @@ def _reduce(b, n):
 @converts("Reshape")
 def _reshape(b, n):
     x = n.runtime_input(0)
-    target = list(_ints(n.const_input(1, "shape")))
+    target = list(as_ints(n.const_input(1, "shape")))
     allowzero = bool(n.attr("allowzero", 0))
     for k, s in enumerate(target):
         if s == 0 and not allowzero:
@@ -528,7 +528,7 @@ def _unsqueeze(b, n):
 @converts("Transpose")
 def _transpose(b, n):
     x = n.runtime_input(0)
-    order = _ints(n.attr("perm", list(reversed(range(x.rank)))))
+    order = as_ints(n.attr("perm", list(reversed(range(x.rank)))))
     return [Value(x.node, tuple(order.index(p) for p in x.perm))]
 
 
@@ -561,7 +561,7 @@ def _split(b, n):
         chunk = -(-size // int(n.attr("num_outputs", count)))
         parts = [min(chunk, size - k * chunk) for k in range(count)]
     outs, start = [], 0
-    for k, length in enumerate(_ints(parts)):
+    for k, length in enumerate(as_ints(parts)):
         begin = [0] * x.rank
         begin[axis] = start
         shape = list(x.onnx_shape)
@@ -579,9 +579,9 @@ def _slice_op(b, n):
     else:
         starts, ends = n.const_input(1, "starts"), n.const_input(2, "ends")
         axes, steps = n.const_input(3, "axes"), n.const_input(4, "steps")
-    starts, ends = _ints(starts), _ints(ends)
-    axes = _ints(axes) if axes is not None else tuple(range(len(starts)))
-    steps = _ints(steps) if steps is not None else (1,) * len(starts)
+    starts, ends = as_ints(starts), as_ints(ends)
+    axes = as_ints(axes) if axes is not None else tuple(range(len(starts)))
+    steps = as_ints(steps) if steps is not None else (1,) * len(starts)
     begin, step, shape = [0] * x.rank, [1] * x.rank, list(x.onnx_shape)
     for s, e, a, st in zip(starts, ends, axes, steps):
         a %= x.rank
@@ -621,9 +621,9 @@ def _pad(b, n):
     x = n.runtime_input(0)
     mode = n.attr("mode", "constant")
     if n.opset < 11:
-        pads, value, axes = _ints(n.attr("pads")), float(n.attr("value", 0.0)), None
+        pads, value, axes = as_ints(n.attr("pads")), float(n.attr("value", 0.0)), None
     else:
-        pads = _ints(n.const_input(1, "pads"))
+        pads = as_ints(n.const_input(1, "pads"))
         value = float(np.ravel(n.const_input(2, "constant_value", np.zeros(1)))[0])
         axes = n.const_input(3, "axes")
     axes = [int(a) % x.rank for a in np.ravel(axes)] if axes is not None else list(range(x.rank))
@@ -657,7 +657,7 @@ def _resize(b, n):
     axes = [int(a) % x.rank for a in axes] if axes is not None else list(range(x.rank))
     full_scales, shape = [1.0] * x.rank, list(x.onnx_shape)
     if sizes is not None and np.size(sizes):
-        for a, s in zip(axes, _ints(sizes)):
+        for a, s in zip(axes, as_ints(sizes)):
             shape[a], full_scales[a] = s, s / x.onnx_shape[a]
     elif scales is not None and np.size(scales):
         for a, s in zip(axes, np.ravel(scales)):

@@ -415,7 +415,7 @@ def test_light_models_match_onnxruntime(name):
 def test_torch_runner_matches_onnxruntime():
     """The PyTorch baseline that the CLI and the benchmark time runs the same models."""
     pytest.importorskip("torch", reason="the PyTorch baseline needs torch")
-    from autosched.graph.onnx_torch import torch_runner
+    from autosched.graph.onnx_baselines import torch_runner
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
              helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"]),
              helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
@@ -428,7 +428,7 @@ def test_torch_runner_matches_onnxruntime():
              helper.make_node("Gemm", ["f", "wf", "bf"], ["g"], transB=1),
              helper.make_node("Softmax", ["g"], ["y"], axis=1)]
     inits = {"w1": w(8, 3, 3, 3), "b1": w(8), "lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
-             "zero": np.array(0, np.int64), "ax": i64(0), "minus_one": i64(-1), "wf": w(10, 8 * 3 * 3), "bf": w(10)}
+             "zero": np.array(0, np.int64), "ax": i64(0), "minus_one": i64(-1), "wf": w(10, 8 * 4 * 4), "bf": w(10)}
     model = make_model(nodes, {"x": (2, 3, 11, 11)}, ["y"], inits, 13)
     x = rng.standard_normal((2, 3, 11, 11)).astype(np.float32)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

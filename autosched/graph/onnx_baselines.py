@@ -1,21 +1,26 @@
-"""An ONNX model run by PyTorch, to compare with: the baseline that ``autosched tune
-model.onnx`` and ``bench/tune_onnx.py`` time beside onnxruntime.
+"""What an ONNX model is compared with: onnxruntime (``onnxruntime_runner``) and PyTorch
+(``torch_runner``), each running the model file itself, as their users would. ``autosched
+tune model.onnx`` and ``bench/tune_onnx.py`` time them beside the tuned model, in the same
+run; ``seconds_per_call`` times any of them the way ``GraphExecutor.benchmark`` times ours.
 
-The model's nodes become PyTorch functions on its own channel-first tensors (weights as
-given, constants folded first with ONNX's reference implementation), traced and frozen by
-TorchScript and run under ``torch.inference_mode``, as a PyTorch user would run the
-architecture. It covers the operators the importer converts, with PyTorch's own kernels;
-where PyTorch has no equivalent (e.g. asymmetric pooling pads) ``torch_runner`` raises
-``Unsupported``. PyTorch is imported here only.
+PyTorch cannot read ONNX, so ``torch_runner`` maps the model's nodes to PyTorch functions
+on its own channel-first tensors (weights as given, constants folded first with ONNX's
+reference implementation), traced and frozen by TorchScript and run under
+``torch.inference_mode``, as a PyTorch user would run the architecture. It covers the
+operators the importer converts, with PyTorch's own kernels; where PyTorch has no
+equivalent (e.g. asymmetric pooling pads) it raises ``Unsupported``. onnxruntime and
+PyTorch are imported inside the functions that use them.
 """
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 
-from .onnx import _inferred_shapes, fold_node, load_model, model_opset, node_attributes, _fix_input_shapes
-from .onnx_ops import Unsupported, _ints, conv_transpose_params, window_params
+from .executor import time_repeats
+from .onnx import fix_input_shapes, fold_node, inferred_shapes, load_model, model_opset, node_attributes
+from .onnx_ops import Unsupported, as_ints, conv_transpose_params, window_params
 
 
 def _torch_ops(torch, F):
@@ -37,7 +42,7 @@ def _torch_ops(torch, F):
 
     def pool(kind):
         def run(a, opset, shapes, x):
-            kernel = _ints(a["kernel_shape"])
+            kernel = as_ints(a["kernel_shape"])
             strides, dil, before, after = window_params(a, shapes[0][2:], kernel)
             if before != after:
                 raise Unsupported(f"{kind} pooling with asymmetric pads")
@@ -62,7 +67,7 @@ def _torch_ops(torch, F):
 
     def reduce(fn):
         def run(a, opset, shapes, x, axes=None):
-            axes = _ints(axes) if axes is not None else _ints(a.get("axes", range(x.ndim)))
+            axes = as_ints(axes) if axes is not None else as_ints(a.get("axes", range(x.ndim)))
             return fn(x, tuple(int(v) % x.ndim for v in axes), bool(a.get("keepdims", 1)))
         return run
 
@@ -82,19 +87,19 @@ def _torch_ops(torch, F):
         return x.reshape(target)
 
     def squeeze(a, opset, shapes, x, axes=None):
-        axes = _ints(axes) if axes is not None else _ints(a.get("axes", [k for k, s in enumerate(x.shape) if s == 1]))
+        axes = as_ints(axes) if axes is not None else as_ints(a.get("axes", [k for k, s in enumerate(x.shape) if s == 1]))
         return x.reshape([s for k, s in enumerate(x.shape) if k not in {v % x.ndim for v in axes}])
 
     def unsqueeze(a, opset, shapes, x, axes=None):
-        axes = sorted(int(v) % (x.ndim + len(_ints(axes if axes is not None else a["axes"])))
-                      for v in _ints(axes if axes is not None else a["axes"]))
+        axes = sorted(int(v) % (x.ndim + len(as_ints(axes if axes is not None else a["axes"])))
+                      for v in as_ints(axes if axes is not None else a["axes"]))
         for v in axes:
             x = x.unsqueeze(v)
         return x
 
     def split(a, opset, shapes, x, parts=None):
         axis = int(a.get("axis", 0)) % x.ndim
-        parts = _ints(parts) if parts is not None else _ints(a["split"]) if "split" in a else None
+        parts = as_ints(parts) if parts is not None else as_ints(a["split"]) if "split" in a else None
         if parts is None:
             n = int(a.get("num_outputs", 2))
             parts = [-(-x.shape[axis] // n)] * (n - 1)
@@ -104,9 +109,9 @@ def _torch_ops(torch, F):
     def slice_(a, opset, shapes, x, starts=None, ends=None, axes=None, steps=None):
         if opset < 10:
             starts, ends, axes = a["starts"], a["ends"], a.get("axes")
-        starts, ends = _ints(starts), _ints(ends)
-        axes = _ints(axes) if axes is not None else range(len(starts))
-        steps = _ints(steps) if steps is not None else [1] * len(starts)
+        starts, ends = as_ints(starts), as_ints(ends)
+        axes = as_ints(axes) if axes is not None else range(len(starts))
+        steps = as_ints(steps) if steps is not None else [1] * len(starts)
         index = [slice(None)] * x.ndim
         for s, e, ax, st in zip(starts, ends, axes, steps):
             if st < 0:
@@ -122,8 +127,8 @@ def _torch_ops(torch, F):
         return out.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
 
     def pad(a, opset, shapes, x, pads=None, value=None, axes=None):
-        pads = _ints(pads if pads is not None else a["pads"])
-        axes = _ints(axes) if axes is not None else range(x.ndim)
+        pads = as_ints(pads if pads is not None else a["pads"])
+        axes = as_ints(axes) if axes is not None else range(x.ndim)
         before, after = [0] * x.ndim, [0] * x.ndim
         for k, ax in enumerate(axes):
             before[ax % x.ndim], after[ax % x.ndim] = pads[k], pads[k + len(axes)]
@@ -175,7 +180,7 @@ def _torch_ops(torch, F):
         "ReduceMax": reduce(lambda x, ax, k: x.amax(ax, keepdim=k)),
         "Reshape": reshape, "Flatten": lambda a, o, s, x: x.reshape(math.prod(x.shape[:int(a.get("axis", 1))]), -1),
         "Squeeze": squeeze, "Unsqueeze": unsqueeze,
-        "Transpose": lambda a, o, s, x: x.permute(*_ints(a.get("perm", list(reversed(range(x.ndim)))))),
+        "Transpose": lambda a, o, s, x: x.permute(*as_ints(a.get("perm", list(reversed(range(x.ndim)))))),
         "Concat": lambda a, o, s, *xs: torch.cat(xs, int(a["axis"])), "Split": split, "Slice": slice_,
         "Gather": gather, "Pad": pad,
         "Cast": lambda a, o, s, x: x.to(_torch_dtype(torch, int(a["to"]))),
@@ -187,15 +192,39 @@ _CONST_PARAMS = {"Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (
                  "Pad": (1, 2, 3), "Clip": (1, 2), "ReduceMean": (1,), "ReduceSum": (1,), "ReduceMax": (1,)}
 
 
+def onnxruntime_runner(model_or_path, threads: int | None = None):
+    """``run(*arrays) -> list of arrays``: the model in an onnxruntime CPU session with
+    ``threads`` intra-op threads (default: onnxruntime's)."""
+    import onnxruntime as ort
+    model = load_model(model_or_path)
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def run(*arrays):
+        return session.run(None, dict(zip(names, arrays)))
+
+    return run
+
+
+def seconds_per_call(fn, repeat: int = 10, min_repeat_ms: float = 100.0) -> float:
+    """The median over ``repeat`` repeats of ``fn``'s seconds per call, each repeat calling
+    it until ``min_repeat_ms`` have passed, after one warm-up call (as ``GraphExecutor.benchmark``)."""
+    return statistics.median(time_repeats(fn, repeat, min_repeat_ms))
+
+
 def torch_runner(model_or_path, input_shapes: dict | None = None, threads: int | None = None):
     """``run(*arrays) -> list of arrays``: the model run by PyTorch (TorchScript, frozen),
     inputs in the model's order. ``threads``: PyTorch's intra-op threads (default: as set).
     Raises ``Unsupported`` for a node it cannot map."""
     import torch
     import torch.nn.functional as F
-    model = _fix_input_shapes(load_model(model_or_path), input_shapes)
+    model = fix_input_shapes(load_model(model_or_path), input_shapes)
     opset = model_opset(model)
-    shapes = _inferred_shapes(model)
+    shapes = inferred_shapes(model)
     table = _torch_ops(torch, F)
     from onnx import numpy_helper
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
