@@ -161,10 +161,13 @@ class GraphExecutor:
     ``states``: the tuned program of each workload, by workload key (e.g. from
     ``NetworkTuneResult.best_states``); ``log_file``: a tuning log whose best records are
     used for workloads not in ``states`` (records of ``target``, default this host's).
+    ``kernel_cache``: a dict that keeps compiled kernels by workload and program, for
+    executors made one after another while tuning goes on (only new programs compile).
     ``layout_rewrite``: how tuned ``states`` are built (as they were measured)."""
 
     def __init__(self, partitioned: PartitionedGraph, states: dict | None = None, log_file=None,
-                 target: str | None = None, layout_rewrite: bool = True, warn_untuned: bool = True):
+                 target: str | None = None, layout_rewrite: bool = True, warn_untuned: bool = True,
+                 kernel_cache: dict | None = None):
         self.partitioned = partitioned
         self.graph = partitioned.graph
         states = dict(states or {})
@@ -190,7 +193,12 @@ class GraphExecutor:
                 prog = _Program(default_schedule(w.dag), False, False)
                 if w in partitioned.tasks:
                     untuned.append(w)
-            prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite)
+            key = (w.workload_key, str(prog.state), prog.layout_rewrite)
+            prog.kernel = kernel_cache.get(key) if kernel_cache is not None else None
+            if prog.kernel is None:
+                prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite)
+                if kernel_cache is not None:
+                    kernel_cache[key] = prog.kernel
             self.programs[w.workload_key] = prog
         self.build_seconds = time.perf_counter() - t0
         if untuned and warn_untuned:
