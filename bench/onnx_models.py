@@ -12,8 +12,6 @@
 
 ``--smoke`` sizes are small versions of the same architectures.
 """
-from __future__ import annotations
-
 import math
 import os
 from dataclasses import dataclass

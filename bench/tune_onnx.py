@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.model = args.model or "mobilenet_v2"
-        args.minutes, args.curve_points, args.measure_batch = min(args.minutes, 0.3), 2, 2
+        args.minutes, args.curve_points, args.measure_batch = min(args.minutes, 0.3), 2, 1
         args.population, args.generations, args.min_repeat_ms, args.repeat = 16, 1, 2, 3
     args.model = args.model or "resnet50"
     say = (lambda *a, **k: None) if args.json_only else print
