@@ -26,11 +26,10 @@ import numpy as np
 
 from .graph import Graph, topological_order
 from .onnx_layout import Builder, Value, identity
-from .onnx_ops import CONVERTERS, OnnxNode, Unsupported
+from .onnx_ops import CONVERTERS, ONNX_DTYPES, OnnxNode, Unsupported
 
 #: the opsets of the default ONNX domain that the importer knows
 OPSETS = range(9, 22)
-_ELEM_TYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 5: "int16"}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -180,11 +179,11 @@ class _Importer:
             self.values[t.name] = numpy_helper.to_array(t)
         inputs = []
         for i in _runtime_inputs(self.model):
-            dtype = _ELEM_TYPES.get(i.type.tensor_type.elem_type)
+            dtype = ONNX_DTYPES.get(i.type.tensor_type.elem_type)
             if dtype is None:
                 name = onnx.TensorProto.DataType.Name(i.type.tensor_type.elem_type)
                 raise ValueError(f"input '{i.name}' has element type {name}; supported: "
-                                 f"{', '.join(sorted(set(_ELEM_TYPES.values())))}")
+                                 f"{', '.join(sorted(set(ONNX_DTYPES.values())))}")
             node = self.builder.input(_static_shape(i), dtype, i.name)
             inputs.append(node)
             self.values[i.name] = Value(node, identity(len(node.shape)))

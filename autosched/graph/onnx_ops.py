@@ -84,11 +84,15 @@ def _operand(b: Builder, v, like: Value | None, name: str):
             return b.const(a.reshape(1), name)
         a = a.reshape((1,) * (rank - a.ndim) + a.shape)
         return b.const(np.transpose(a, like.perm), name)
-    if v.rank < rank:
-        extra = rank - v.rank
-        node = b.reshape(v.node, (1,) * extra + v.node.shape, name)
-        v = Value(node, identity(extra) + tuple(p + extra for p in v.perm))
-    return b.to_layout(v, like.perm)
+    return b.to_layout(_lift(b, v, rank, name), like.perm)
+
+
+def _lift(b: Builder, v: Value, rank: int, name: str) -> Value:
+    """``v`` with leading axes of extent 1 up to ``rank`` (numpy's broadcasting), a view."""
+    extra = rank - v.rank
+    if extra <= 0:
+        return v
+    return Value(b.reshape(v.node, (1,) * extra + v.node.shape, name), identity(extra) + tuple(p + extra for p in v.perm))
 
 
 def _leader(values) -> Value:
@@ -106,11 +110,7 @@ def _broadcast_rank(values) -> int:
 
 def _elementwise(b: Builder, kind: str, values, name: str, **attrs) -> Value:
     rank = _broadcast_rank(values)
-    lead = _leader(values)
-    if lead.rank < rank:   # a constant of higher rank than every run-time value: lift the value
-        extra = rank - lead.rank
-        lead = Value(b.reshape(lead.node, (1,) * extra + lead.node.shape, name),
-                     identity(extra) + tuple(p + extra for p in lead.perm))
+    lead = _lift(b, _leader(values), rank, name)     # a constant may have the highest rank
     nodes = [_operand(b, v, lead, f"{name}_in{k}") for k, v in enumerate(values)]
     return Value(b.op(kind, nodes, name, **attrs), lead.perm)
 
@@ -188,13 +188,14 @@ def _pow(b, n):
     return [_elementwise(b, "power", [base, exponent], n.name)]
 
 
-_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 5: "int16"}
+#: ONNX element types -> our dtypes (what inputs and casts may have)
+ONNX_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 5: "int16"}
 
 
 @converts("Cast")
 def _cast(b, n):
     x = n.runtime_input(0)
-    dtype = _DTYPES.get(int(n.attr("to")))
+    dtype = ONNX_DTYPES.get(int(n.attr("to")))
     if dtype is None:
         raise Unsupported(f"cast to ONNX type {n.attr('to')} (supported: float, double, int8-64, uint8)")
     return [x if dtype == x.dtype else Value(b.op("cast", [x.node], n.name, dtype=dtype), x.perm)]
