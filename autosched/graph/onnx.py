@@ -26,6 +26,7 @@ import numpy as np
 
 from .graph import Graph, topological_order
 from .onnx_layout import Builder, Value, identity
+from . import onnx_nn  # noqa: F401 - registers the window, normalisation and resize converters
 from .onnx_ops import CONVERTERS, ONNX_DTYPES, OnnxNode, Unsupported
 
 #: the opsets of the default ONNX domain that the importer knows

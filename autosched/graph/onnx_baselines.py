@@ -20,7 +20,8 @@ import numpy as np
 
 from .executor import time_repeats
 from .onnx import fix_input_shapes, fold_node, inferred_shapes, load_model, model_opset, node_attributes
-from .onnx_ops import Unsupported, as_ints, conv_transpose_params, window_params
+from .onnx_nn import conv_transpose_params, window_params
+from .onnx_ops import Unsupported, as_ints
 
 
 def _torch_ops(torch, F):

@@ -4,7 +4,6 @@ model-zoo networks in the onnx wheel; exporter-style shape chains; the unsupport
 error. Skipped when onnx or onnxruntime is missing."""
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -16,6 +15,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from autosched import graph as G  # noqa: E402
 from autosched.graph.onnx import UnsupportedModelError, from_onnx  # noqa: E402
 from autosched.graph.onnx_zoo import light_model, with_random_weights  # noqa: E402
+
+from .test_networks import SMALL_SEARCH, measuring, pools  # noqa: E402,F401 - pools is a fixture
 
 F = TensorProto.FLOAT
 
@@ -434,3 +435,35 @@ def test_torch_runner_matches_onnxruntime():
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(torch_runner(model, threads=1)(x)[0], sess.run(None, {"x": x})[0], rtol=1e-5,
                                atol=1e-6)
+
+
+def test_command_line_tunes_and_runs_a_model(tmp_path, monkeypatch, capsys, pools):
+    """``autosched tune model.onnx`` tunes, checks against onnxruntime and times the baselines;
+    ``autosched run`` runs the model from the log on an input file."""
+    from autosched import networks
+    from autosched.cli import main
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("GlobalAveragePool", ["r1"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"])]
+    model = make_model(nodes, {"x": ("n", 3, 6, 6)}, ["y"], {"w1": w(8, 3, 3, 3), "b1": w(8)}, 13)
+    path, log = tmp_path / "m.onnx", tmp_path / "m.json"
+    onnx.save(model, str(path))
+    real = networks.tune_networks
+    monkeypatch.setattr(networks, "tune_networks", lambda *a, **k: real(*a, search_params=SMALL_SEARCH,
+                                                                        cost_model="random", **measuring(pools), **k))
+    with pytest.raises(SystemExit, match="no static shape"):
+        main(["tune", str(path), "--trials", "2", "--log-file", str(log)])
+    rc = main(["tune", str(path), "--input-shape", "x=1x3x6x6", "--trials", "4", "--batch", "2",
+               "--log-file", str(log)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "outputs match onnxruntime's: OK" in out and "autosched:" in out
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    rc = main(["run", str(path), "--input-shape", "x=1x3x6x6", "--log-file", str(log), "--input",
+               str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")])
+    assert rc == 0
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(SystemExit, match="no tuning log"):
+        main(["run", str(path), "--log-file", str(tmp_path / "missing.json")])
