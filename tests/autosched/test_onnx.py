@@ -4,7 +4,6 @@ model-zoo networks in the onnx wheel; exporter-style shape chains; the unsupport
 error. Skipped when onnx or onnxruntime is missing."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
