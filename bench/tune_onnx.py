@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     say("\n# end-to-end latency against tuning time")
     say(f"  {'tuning s':>9} {'end to end ms':>14} {'tasks sum ms':>13} {'untuned tasks':>14}")
     for s, e, t, u in curve:
-        say(f"  {s:9.0f} {e:14.3f} {t if t is None else f'{t:13.3f}':>13} {u:14d}")
+        say(f"  {s:9.0f} {e:14.3f} {'-' if t is None else f'{t:.3f}':>13} {u:14d}")
     ratio = ours / tasks_sum if tasks_sum < 1e9 else None
     say(f"\n# {args.model}: tuned {1e3 * ours:.3f} ms end to end ({flops / ours / 1e9:.1f} GFLOPS), untuned "
         f"{1e3 * untuned:.3f} ms; outputs vs onnxruntime: {'OK' if ok else 'WRONG'} (max relative error {err:.1e})")

@@ -109,7 +109,20 @@ def _broadcast_rank(values) -> int:
     return max(np.ndim(v) if not isinstance(v, Value) else v.rank for v in values)
 
 
+_SCALAR_OPS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "maximum": "max", "minimum": "min",
+               "power": "pow"}
+
+
 def _elementwise(b: Builder, kind: str, values, name: str, **attrs) -> Value:
+    """``kind`` of the operands, broadcast; a one-element constant beside a float run-time
+    value becomes an immediate of the code (``scalar``), not an input of the kernel."""
+    if len(values) == 2 and kind in _SCALAR_OPS and not attrs:
+        for k in (0, 1):
+            c, v = values[k], values[1 - k]
+            if not isinstance(c, Value) and isinstance(v, Value) and np.size(c) == 1 and v.dtype == "float32" \
+                    and np.ndim(c) <= v.rank:
+                return Value(b.op("scalar", [v.node], name, op=_SCALAR_OPS[kind], value=float(np.ravel(c)[0]),
+                                  reverse=k == 0), v.perm)
     rank = _broadcast_rank(values)
     lead = _lift(b, _leader(values), rank, name)     # a constant may have the highest rank
     nodes = [_operand(b, v, lead, f"{name}_in{k}") for k, v in enumerate(values)]

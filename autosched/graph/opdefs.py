@@ -152,6 +152,17 @@ _register("maximum", BROADCAST, lambda t, a, name: ops.maximum(t[0], t[1], name)
           lambda x, a: np.maximum(_f64(x[0]), x[1]), 2)
 _register("minimum", BROADCAST, lambda t, a, name: ops.minimum(t[0], t[1], name),
           lambda x, a: np.minimum(_f64(x[0]), x[1]), 2)
+_SCALAR_REFERENCE = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "max": np.maximum,
+                     "min": np.minimum, "pow": np.power}
+
+
+def _scalar_ref(x, a):
+    fn, v = _SCALAR_REFERENCE[a["op"]], _f64(x[0])
+    return fn(a["value"], v) if a.get("reverse") else fn(v, a["value"])
+
+
+_register("scalar", ELEMWISE,
+          lambda t, a, name: ops.scalar_op(t[0], a["op"], a["value"], a.get("reverse", False), name), _scalar_ref, 1)
 _register("broadcast_to", BROADCAST, lambda t, a, name: ops.broadcast_to(t[0], a["shape"], name),
           lambda x, a: np.broadcast_to(_f64(x[0]), a["shape"]), 1)
 _register("bias_add", BROADCAST, lambda t, a, name: ops.bias_add(t[0], t[1], a.get("axis", -1), name),

@@ -29,7 +29,7 @@ from .registry import OPERATORS, OperatorDef, Workload, normal, operator, operat
 from .common import LAYOUTS, Layout, pad
 from .elementwise import (add, bias_add, broadcast_to, cast, channelwise, clip, divide, erf, gelu, gelu_tanh,
                           hard_sigmoid, hard_swish, leaky_relu, maximum, minimum, multiply, power, power_scalar,
-                          reciprocal, relu, sigmoid, sqrt, subtract, tanh)
+                          reciprocal, relu, scalar_op, sigmoid, sqrt, subtract, tanh)
 from .linalg import batch_matmul, dense, matmul, norm
 from .conv import capsule_conv2d, conv, conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d
 from .nn import batch_norm, global_pool, layer_norm, log_softmax, lrn, pool, reduce, softmax
@@ -44,7 +44,7 @@ __all__ = [
     "LAYOUTS", "Layout", "pad",
     "add", "bias_add", "broadcast_to", "cast", "channelwise", "clip", "divide", "erf", "gelu", "gelu_tanh",
     "hard_sigmoid", "hard_swish", "leaky_relu", "maximum", "minimum", "multiply", "power", "power_scalar",
-    "reciprocal", "relu", "sigmoid", "sqrt", "subtract", "tanh",
+    "reciprocal", "relu", "scalar_op", "sigmoid", "sqrt", "subtract", "tanh",
     "batch_matmul", "dense", "matmul", "norm",
     "capsule_conv2d", "conv", "conv1d", "conv2d", "conv2d_transpose", "conv3d", "depthwise_conv2d",
     "batch_norm", "global_pool", "layer_norm", "log_softmax", "lrn", "pool", "reduce", "softmax",

@@ -154,6 +154,14 @@ def power(a, b, name: str = "power"):
     return binary(a, b, "pow", name)
 
 
+def scalar_op(x, op: str, value: float, reverse: bool = False, name: str = "scalar_op"):
+    """``x op value`` (``value op x`` with ``reverse``) for a number ``value``, kept in the
+    code as an immediate; ``op`` is one of + - * / max min pow."""
+    fn = _BINARY[op]
+    c = ir.const(float(value), x.dtype)
+    return unary(x, (lambda v: fn(c, v)) if reverse else (lambda v: fn(v, c)), name)
+
+
 def broadcast_to(x, shape, name: str = "broadcast_to"):
     """``x`` repeated along its axes of extent 1 (and new leading axes) to ``shape``."""
     shape = tuple(shape)

@@ -22,7 +22,7 @@ def _run_one(kind, shapes, attrs, consts=(), int_input=None, seed=0):
     graph = b.graph([b.op(kind, nodes, **attrs)])
     ex = G.GraphExecutor(G.partition(graph), warn_untuned=False)
     inputs = graph.random_inputs(seed)
-    if kind in ("sqrt", "power", "power_scalar", "lrn"):      # positive bases for fractional powers
+    if kind in ("sqrt", "power", "power_scalar", "lrn", "scalar"):      # positive bases for fractional powers
         inputs = [np.abs(x) + 0.1 if x.dtype == np.float32 else x for x in inputs]
     ok, err = ex.verify(*inputs, rtol=2e-5)
     assert ok, f"{kind} {attrs}: max relative error {err:.2e}"
@@ -44,6 +44,9 @@ CASES = [
     ("subtract", [(2, 3, 8), (3, 1)], {}),
     ("divide", [(2, 3, 8), (8,)], {}),
     ("power", [(2, 8), (2, 8)], {}),
+    ("scalar", [(2, 8)], {"op": "-", "value": 1.5, "reverse": True}),
+    ("scalar", [(2, 8)], {"op": "/", "value": 4.0}),
+    ("scalar", [(2, 8)], {"op": "pow", "value": 0.5}),
     ("maximum", [(1, 3, 8), (4, 1, 8)], {}),
     ("minimum", [(4, 8), (1,)], {}),
     ("broadcast_to", [(3, 1)], {"shape": (2, 3, 5)}),
