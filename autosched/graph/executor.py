@@ -170,14 +170,31 @@ class GraphExecutor:
                  kernel_cache: dict | None = None):
         self.partitioned = partitioned
         self.graph = partitioned.graph
+        t0 = time.perf_counter()
+        self.programs, self.untuned = self._build_programs(states, log_file, target, layout_rewrite, kernel_cache)
+        self.build_seconds = time.perf_counter() - t0
+        if self.untuned and warn_untuned:
+            names = ", ".join(w.desc for w in self.untuned[:5]) + (" ..." if len(self.untuned) > 5 else "")
+            warnings.warn(f"autosched: {len(self.untuned)} of {len(partitioned.tasks)} tasks of {partitioned.name} "
+                          f"have no tuned program and run a default schedule: {names}", UntunedWorkloadWarning,
+                          stacklevel=2)
+        self.memory = plan_memory([(sg.output, _runtime_inputs(sg), _is_alias(sg)) for sg in partitioned.subgraphs],
+                                  self.graph)
+        self._buffers = self._allocate(self.memory)
+        #: (subgraph, kernel, arguments) of each kernel call, in run order (reshapes are views, not calls)
+        self.calls = [(sg, self.programs[sg.workload.workload_key].kernel, self._arguments(sg))
+                      for sg in partitioned.subgraphs if not _is_alias(sg)]
+        self._driver = NativeDriver([kernel.native_call(*args) for _, kernel, args in self.calls])
+
+    def _build_programs(self, states, log_file, target, layout_rewrite, kernel_cache) -> tuple[dict, list]:
+        """The compiled program of every workload that needs a kernel, and the tasks that
+        had no tuned program."""
         states = dict(states or {})
         history = None
         if log_file is not None:
             history = HistoryBest(log_file, target if target is not None else ir.host_target())
-        self.programs: dict[str, _Program] = {}
-        untuned = []
-        t0 = time.perf_counter()
-        for w in partitioned.workloads:
+        programs, untuned = {}, []
+        for w in self.partitioned.workloads:
             if all(_is_alias(sg) for sg in w.subgraphs):
                 continue
             prog = None
@@ -191,7 +208,7 @@ class GraphExecutor:
                     prog = None
             if prog is None:
                 prog = _Program(default_schedule(w.dag), False, False)
-                if w in partitioned.tasks:
+                if w in self.partitioned.tasks:
                     untuned.append(w)
             key = (w.workload_key, str(prog.state), prog.layout_rewrite)
             prog.kernel = kernel_cache.get(key) if kernel_cache is not None else None
@@ -199,33 +216,21 @@ class GraphExecutor:
                 prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite)
                 if kernel_cache is not None:
                     kernel_cache[key] = prog.kernel
-            self.programs[w.workload_key] = prog
-        self.build_seconds = time.perf_counter() - t0
-        if untuned and warn_untuned:
-            names = ", ".join(w.desc for w in untuned[:5]) + (" ..." if len(untuned) > 5 else "")
-            warnings.warn(f"autosched: {len(untuned)} of {len(partitioned.tasks)} tasks of {partitioned.name} have "
-                          f"no tuned program and run a default schedule: {names}", UntunedWorkloadWarning,
-                          stacklevel=2)
-        self.untuned = untuned
-        self.memory = plan_memory([(sg.output, _runtime_inputs(sg), _is_alias(sg)) for sg in partitioned.subgraphs],
-                                  self.graph)
-        self._buffers = self._allocate(self.memory)
-        #: (subgraph, kernel, arguments) of each kernel call, in run order (reshapes are views, not calls)
-        self.calls = []
-        for sg in partitioned.subgraphs:
-            if _is_alias(sg):
-                continue
-            prog = self.programs[sg.workload.workload_key]
-            kernel, placeholders = prog.kernel, sg.workload.dag.inputs
-            args = []
-            for node, ph in zip(sg.inputs, placeholders):
-                if node.is_const:
-                    value = node.value
-                    args.append(kernel.pack(ph.name, value) if ph.name in kernel.layouts else value)
-                else:
-                    args.append(self._buffers[id(node)])
-            self.calls.append((sg, kernel, tuple(args) + (self._buffers[id(sg.output)],)))
-        self._driver = NativeDriver([kernel.native_call(*args) for _, kernel, args in self.calls])
+            programs[w.workload_key] = prog
+        return programs, untuned
+
+    def _arguments(self, sg) -> tuple:
+        """A subgraph's kernel arguments: weights (packed once for layout-rewritten kernels),
+        the planned arrays of its inputs, then its output's."""
+        kernel = self.programs[sg.workload.workload_key].kernel
+        args = []
+        for node, ph in zip(sg.inputs, sg.workload.dag.inputs):
+            if node.is_const:
+                value = node.value
+                args.append(kernel.pack(ph.name, value) if ph.name in kernel.layouts else value)
+            else:
+                args.append(self._buffers[id(node)])
+        return tuple(args) + (self._buffers[id(sg.output)],)
 
     def _allocate(self, plan: MemoryPlan) -> dict:
         """Every tensor's array: inputs and outputs their own, the rest views of one arena."""
