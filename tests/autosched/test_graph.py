@@ -205,3 +205,20 @@ def test_memory_plan_reuses_memory_without_overlapping_live_tensors():
     x = g.random_inputs(3)
     first = ex.run(*x)[0]
     np.testing.assert_array_equal(ex.run(*x)[0], first)        # runs are repeatable on reused memory
+
+
+def test_openmp_threads_spin_briefly_unless_the_user_chose():
+    """libgomp's default spin (milliseconds) makes every parallel region on a machine with
+    another busy process cost a whole spin; ``ir`` asks for a short one before libgomp loads,
+    and leaves a wait policy or spin count the user set alone."""
+    import os
+    import subprocess
+    import sys
+    code = "import ir, os; print(os.environ.get('GOMP_SPINCOUNT'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    run = lambda extra: subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True,  # noqa: E731
+                                       text=True, check=True).stdout.strip()
+    from ir.runtime import OPENMP_SPIN_COUNT
+    assert run({}) == str(OPENMP_SPIN_COUNT)
+    assert run({"GOMP_SPINCOUNT": "5"}) == "5"
+    assert run({"OMP_WAIT_POLICY": "active"}) == "None"
