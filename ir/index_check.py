@@ -25,7 +25,7 @@ import numpy as np
 
 from . import dtype as dt
 from . import expr as E
-from .printer import expr_str
+from .expr import expr_str
 from .simplify import Affine, Simplifier
 
 _NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
