@@ -20,6 +20,7 @@ import numpy as np
 
 import ir
 from . import graph, networks, ops
+from .graph import onnx_baselines as B
 from .graph.zoo import ALIASES, NETWORKS
 
 PROG = "autosched"
@@ -82,6 +83,31 @@ def workload_name(text: str) -> str:
     if text not in ops.suite_names():
         raise argparse.ArgumentTypeError(f"unknown workload {text!r}; `{PROG} list` prints the suite's names")
     return text
+
+
+def workload_or_model(text: str) -> str:
+    """A suite workload's name, or the path of an ONNX model file."""
+    if text.endswith(".onnx"):
+        return model_file(text)
+    return workload_name(text)
+
+
+def model_file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no ONNX model file at {text!r}")
+    return text
+
+
+def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=DIMS`` (``input_ids=1x128``): an ONNX model's input shape the model leaves open."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"--input-shape {text!r}: expected NAME=DIMS such as input=1x3x224x224")
+    return name, shape
 
 
 def network_name(text: str) -> str:
@@ -172,9 +198,9 @@ NETWORK_OPTIONS = {"batch_size": 1, "strategy": "gradient", "objective": "latenc
 
 
 def add_tune(sub) -> None:
-    tune = sub.add_parser("tune", help="tune a workload (or a whole network with --network) and print the result")
-    tune.add_argument("workload", nargs="?", type=workload_name, default=None,
-                      help=f"a suite name such as GMM-1x512x512x512 (see `{PROG} list`)")
+    tune = sub.add_parser("tune", help="tune a workload, a network (--network) or an ONNX model (model.onnx)")
+    tune.add_argument("workload", nargs="?", type=workload_or_model, default=None,
+                      help=f"a suite name such as GMM-1x512x512x512 (see `{PROG} list`), or a .onnx file")
     tune.add_argument("--trials", type=count("--trials", 0), default=DEFAULT_TRIALS,
                       help=f"programs to measure in this run (default {DEFAULT_TRIALS})")
     tune.add_argument("--batch", type=count("--batch", 1), default=64,
@@ -187,6 +213,8 @@ def add_tune(sub) -> None:
     _add_seed(tune)
     tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
                       help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
+    tune.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
+                      help="an ONNX model's input shape where the model leaves it open, e.g. input_ids=1x128")
     net = tune.add_argument_group("networks")
     net.add_argument("--network", type=network_name, default=None,
                      help=f"tune a whole network instead: {', '.join(graph.network_names())}")
@@ -216,6 +244,10 @@ def cmd_tune(args) -> int:
         raise UsageError(f"tune needs a workload (see `{PROG} list`) or --network NAME")
     if given:
         raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to --network")
+    if args.workload.endswith(".onnx"):
+        return cmd_tune_model(args)
+    if args.input_shape:
+        raise UsageError("--input-shape applies only to an ONNX model")
     from .tune import auto_schedule
     w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
@@ -283,6 +315,116 @@ def cmd_tune_network(args) -> int:
     return 0 if ok else 1
 
 
+# models from ONNX files -------------------------------------------------------------------
+
+def _import_model(path: str, shapes):
+    """The model at ``path`` as a graph; a model we cannot convert is a one-line error."""
+    try:
+        return graph.from_onnx(path, dict(shapes))
+    except (graph.UnsupportedModelError, ValueError) as err:
+        raise UsageError(str(err)) from None
+
+
+def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
+    """Check ``ours`` against onnxruntime (the numpy reference without it) and print the
+    latency of the model beside onnxruntime and PyTorch, all timed now."""
+    threads = os.cpu_count() or 1
+    latency = executor.benchmark(*inputs, repeat=10, min_repeat_ms=100)["median"]
+    lines = [f"# autosched: {1e3 * latency:.3f} ms end to end"]
+    try:
+        ort_run = B.onnxruntime_runner(path, threads)
+    except ImportError:
+        ok, err = executor.verify(*inputs)
+        lines.append(f"# onnxruntime not installed; checked against the numpy reference: {'OK' if ok else 'WRONG'} "
+                     f"(max relative error {err:.2e})")
+    else:
+        want = ort_run(*inputs)
+        err = max(float(np.max(np.abs(g.astype(np.float64) - w))) / (float(np.max(np.abs(w))) or 1.0)
+                  for g, w in zip(ours, want))
+        ok = err <= 1e-3
+        t = B.seconds_per_call(lambda: ort_run(*inputs), repeat=10)
+        lines.append(f"# onnxruntime {threads} threads: {1e3 * t:.3f} ms -> autosched {t / latency:.2f}x; outputs "
+                     f"match onnxruntime's: {'OK' if ok else 'WRONG'} (max relative error {err:.2e})")
+    try:
+        torch_run = B.torch_runner(path, dict(shapes), threads)
+    except ImportError:
+        lines.append("# PyTorch not installed: no comparison")
+    except B.Unsupported as err:
+        lines.append(f"# PyTorch: cannot run this model ({err})")
+    else:
+        t = B.seconds_per_call(lambda: torch_run(*inputs), repeat=10)
+        lines.append(f"# PyTorch {threads} threads (TorchScript): {1e3 * t:.3f} ms -> autosched {t / latency:.2f}x")
+    print("\n".join(lines))
+    return ok
+
+
+def cmd_tune_model(args) -> int:
+    """``autosched tune model.onnx``: import the model, tune every task, then run the tuned
+    model, check it and time it beside onnxruntime and PyTorch."""
+    model = _import_model(args.workload, args.input_shape)
+    part = graph.partition(model)
+    print(f"# {model.summary()}\n# {part.summary()}", flush=True)
+    result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
+                                    seed=args.seed, early_stopping=args.early_stopping)
+    executor = result.executor(0, warn_untuned=False)
+    estimate = result.estimated_latencies()[part.name]
+    estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"
+    print(f"# tuned {result.trials} trials; {len(executor.untuned)} of {len(part.tasks)} tasks untuned; "
+          f"estimated from the tasks {estimate}")
+    inputs = model.random_inputs(args.seed)
+    ok = _compare_with_baselines(args.workload, args.input_shape, executor, inputs, executor.run(*inputs))
+    return 0 if ok else 1
+
+
+def add_run(sub) -> None:
+    run = sub.add_parser("run", help="run an ONNX model with its tuned programs (from a tuning log)")
+    run.add_argument("model", type=model_file, help="the .onnx file")
+    run.add_argument("--log-file", required=True,
+                     help="the tuning log of `autosched tune model.onnx --log-file` (read, never written)")
+    run.add_argument("--input", action="append", default=[], help=".npy file of an input (one per input, in order)")
+    run.add_argument("--output", default=None, help="write the output to this .npy file (.npz for several)")
+    run.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
+                     help="an input shape the model leaves open, e.g. input_ids=1x128")
+    run.add_argument("--verify", action="store_true", help="check against onnxruntime and time both and PyTorch")
+    _add_seed(run)
+    run.set_defaults(fn=cmd_run)
+
+
+def cmd_run(args) -> int:
+    """``autosched run model.onnx --log-file F``: run a model with its tuned programs."""
+    if not os.path.isfile(args.log_file):
+        raise UsageError(f"no tuning log at {args.log_file!r}; make one with "
+                         f"`{PROG} tune {args.model} --log-file {args.log_file}`")
+    model = _import_model(args.model, args.input_shape)
+    executor = graph.GraphExecutor(graph.partition(model), log_file=args.log_file)
+    if args.input:
+        if len(args.input) != len(model.inputs):
+            raise UsageError(f"the model takes {len(model.inputs)} inputs "
+                             f"({', '.join(i.name for i in model.inputs)}), got {len(args.input)} --input files")
+        inputs = [np.load(f) for f in args.input]
+    else:
+        inputs = model.random_inputs(args.seed)
+        print(f"# no --input: random inputs (seed {args.seed})")
+    try:
+        outputs = executor.run(*inputs)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    for node, out in zip(model.outputs, outputs):
+        print(f"# output '{node.name}': shape {out.shape}, mean {float(out.mean()):.6g}")
+    if args.output:
+        if len(outputs) == 1:
+            np.save(args.output, outputs[0])
+        else:
+            np.savez(args.output, **{n.name: o for n, o in zip(model.outputs, outputs)})
+        print(f"# written to {args.output}")
+    latency = executor.benchmark(*inputs, repeat=5, min_repeat_ms=50)["median"]
+    print(f"# {1e3 * latency:.3f} ms end to end ({len(executor.untuned)} of {len(executor.partitioned.tasks)} "
+          "tasks untuned)")
+    if args.verify:
+        return 0 if _compare_with_baselines(args.model, args.input_shape, executor, inputs, outputs) else 1
+    return 0
+
+
 def _best_seconds(fn, min_time: float = 0.2) -> float:
     fn()
     runs, start = [], time.perf_counter()
@@ -339,7 +481,7 @@ def report_interrupt(args, argv: list[str], records_before: int) -> None:
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="A template-free auto-scheduler for tensor programs.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (add_list, add_build, add_tune, add_sketches):
+    for add in (add_list, add_build, add_tune, add_run, add_sketches):
         add(sub)
     return parser
 

@@ -49,7 +49,7 @@ class LayoutPlan:
                 idx += coef * (grids[pos] + self.lows[pos])
             valid &= (idx >= 0) & (idx < self.original_shape[d])
             old.append(np.where(valid, idx, 0))
-        packed = array[tuple(old)] if old else np.broadcast_to(array, self.shape).copy()
+        packed = np.array(array[tuple(old)]) if old else np.broadcast_to(array, self.shape).copy()
         packed[~valid] = 0
         return np.ascontiguousarray(packed)
 

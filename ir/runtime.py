@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import statistics
 import threading
 from dataclasses import dataclass
@@ -40,6 +41,19 @@ def target_machine():
             _host = (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
             _target_machine = _new_target_machine()
         return _target_machine
+
+
+#: How long an OpenMP thread spins waiting for work before it sleeps (libgomp's
+#: GOMP_SPINCOUNT, about 50 µs here): long enough to go from one kernel of a network to the
+#: next without a wake-up, short enough not to keep a core from a thread that has work. With
+#: libgomp's default (300000, milliseconds) a parallel region on a machine with one other
+#: busy process costs a whole spin: 8 ms for a 30 µs copy, 450 ms for MobileNet-V2 instead of
+#: 27. libgomp reads it once, when it loads (ours, or PyTorch's copy if PyTorch is imported
+#: first), so it goes into the environment when ``ir`` is imported, unless OMP_WAIT_POLICY
+#: or GOMP_SPINCOUNT is set already.
+OPENMP_SPIN_COUNT = 1000
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN_COUNT))
 
 
 def _libgomp_path() -> str:
@@ -170,6 +184,13 @@ class Kernel:
         IndexError when a read checked at run time left its tensor."""
         argv = self._pack(arrays)
         self._compiled.check(self._compiled.entry(argv))
+
+    def native_call(self, *arrays) -> tuple[int, ctypes.Array, object]:
+        """The compiled function's address, its argument vector for ``arrays`` (checked
+        once, here) and ``check(status)``, which raises the error a call's non-zero status
+        reports: for callers that run the kernel many times from native code (a graph
+        executor's driver). The arrays must stay alive while the vector is used."""
+        return ctypes.cast(self._compiled.entry, ctypes.c_void_p).value, self._pack(arrays), self._compiled.check
 
     def time(self, *arrays, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0) -> TimeResult:
         """Seconds per call. Each of ``repeat`` measurements runs ``number`` back-to-back calls

@@ -3,8 +3,11 @@
 ``GraphExecutor`` compiles one kernel per workload (identical subgraphs share it): the
 tuned program where there is one (``states`` by workload key, or the best records of a
 tuning log), else a default schedule, with a loud ``UntunedWorkloadWarning`` for a tuning
-task. Constant weights are packed for layout-rewritten kernels once, when the executor is
-built; buffers are allocated once; ``run`` calls the kernels in topological order.
+task. Everything a run needs is prepared when the executor is built: constant weights
+packed for layout-rewritten kernels, the tensors' memory planned by liveness (``memory``;
+reshapes are views), every kernel's arguments checked, and the calls laid out for the
+native driver (``driver``), so that ``run`` is one native call: no allocation, no checks
+and no Python between kernels.
 
 ``run_reference`` is independent numpy code per node type (float64, ``opdefs``) run over the
 original graph (before batch-norm folding), so it checks the passes as well as the kernels.
@@ -23,6 +26,8 @@ import sketch_rules.analysis as A
 from ..records import HistoryBest, UntunedWorkloadWarning
 from .graph import Graph
 from .opdefs import opdef
+from .driver import NativeDriver
+from .memory import ALIGNMENT, MemoryPlan, nbytes, plan_memory
 from .partition import PartitionedGraph
 
 
@@ -43,6 +48,23 @@ def run_reference(graph: Graph, inputs) -> list[np.ndarray]:
             out = opdef(node.kind).reference([values[id(p)] for p in node.inputs], node.attrs)
             values[id(node)] = np.asarray(out, np.float64)
     return [values[id(o)] for o in graph.outputs]
+
+
+def time_repeats(fn, repeat: int, min_repeat_ms: float = 0.0) -> list[float]:
+    """Seconds per call of ``fn`` in each of ``repeat`` repeats, after one warm-up call; a
+    repeat calls it until ``min_repeat_ms`` have passed (once at least)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed * 1e3 >= min_repeat_ms:
+                break
+        times.append(elapsed / n)
+    return times
 
 
 #: loop iterations below which the default schedule stays on one thread
@@ -109,6 +131,22 @@ def default_schedule(dag: ir.ComputeDAG) -> ir.State:
     return state
 
 
+def _runtime_inputs(sg) -> list:
+    return [n for n in sg.inputs if not n.is_const]
+
+
+def _is_alias(sg) -> bool:
+    """A subgraph that only reshapes one run-time tensor: a view of it, no kernel."""
+    return all(n.kind == "reshape" for n in sg.nodes) and len(sg.inputs) == 1 and not sg.inputs[0].is_const
+
+
+def _aligned_empty(size: int) -> np.ndarray:
+    """``size`` uninitialised bytes starting on an ``ALIGNMENT`` boundary."""
+    raw = np.empty(size + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + size]
+
+
 @dataclass
 class _Program:
     state: ir.State
@@ -123,20 +161,42 @@ class GraphExecutor:
     ``states``: the tuned program of each workload, by workload key (e.g. from
     ``NetworkTuneResult.best_states``); ``log_file``: a tuning log whose best records are
     used for workloads not in ``states`` (records of ``target``, default this host's).
+    ``kernel_cache``: a dict that keeps compiled kernels by workload and program, for
+    executors made one after another while tuning goes on (only new programs compile).
     ``layout_rewrite``: how tuned ``states`` are built (as they were measured)."""
 
     def __init__(self, partitioned: PartitionedGraph, states: dict | None = None, log_file=None,
-                 target: str | None = None, layout_rewrite: bool = True, warn_untuned: bool = True):
+                 target: str | None = None, layout_rewrite: bool = True, warn_untuned: bool = True,
+                 kernel_cache: dict | None = None):
         self.partitioned = partitioned
         self.graph = partitioned.graph
+        t0 = time.perf_counter()
+        self.programs, self.untuned = self._build_programs(states, log_file, target, layout_rewrite, kernel_cache)
+        self.build_seconds = time.perf_counter() - t0
+        if self.untuned and warn_untuned:
+            names = ", ".join(w.desc for w in self.untuned[:5]) + (" ..." if len(self.untuned) > 5 else "")
+            warnings.warn(f"autosched: {len(self.untuned)} of {len(partitioned.tasks)} tasks of {partitioned.name} "
+                          f"have no tuned program and run a default schedule: {names}", UntunedWorkloadWarning,
+                          stacklevel=2)
+        self.memory = plan_memory([(sg.output, _runtime_inputs(sg), _is_alias(sg)) for sg in partitioned.subgraphs],
+                                  self.graph)
+        self._buffers = self._allocate(self.memory)
+        #: (subgraph, kernel, arguments) of each kernel call, in run order (reshapes are views, not calls)
+        self.calls = [(sg, self.programs[sg.workload.workload_key].kernel, self._arguments(sg))
+                      for sg in partitioned.subgraphs if not _is_alias(sg)]
+        self._driver = NativeDriver([kernel.native_call(*args) for _, kernel, args in self.calls])
+
+    def _build_programs(self, states, log_file, target, layout_rewrite, kernel_cache) -> tuple[dict, list]:
+        """The compiled program of every workload that needs a kernel, and the tasks that
+        had no tuned program."""
         states = dict(states or {})
         history = None
         if log_file is not None:
             history = HistoryBest(log_file, target if target is not None else ir.host_target())
-        self.programs: dict[str, _Program] = {}
-        untuned = []
-        t0 = time.perf_counter()
-        for w in partitioned.workloads:
+        programs, untuned = {}, []
+        for w in self.partitioned.workloads:
+            if all(_is_alias(sg) for sg in w.subgraphs):
+                continue
             prog = None
             if states.get(w.workload_key) is not None:
                 prog = _Program(states[w.workload_key], layout_rewrite, True)
@@ -148,41 +208,49 @@ class GraphExecutor:
                     prog = None
             if prog is None:
                 prog = _Program(default_schedule(w.dag), False, False)
-                if w in partitioned.tasks:
+                if w in self.partitioned.tasks:
                     untuned.append(w)
-            prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite)
-            self.programs[w.workload_key] = prog
-        self.build_seconds = time.perf_counter() - t0
-        if untuned and warn_untuned:
-            names = ", ".join(w.desc for w in untuned[:5]) + (" ..." if len(untuned) > 5 else "")
-            warnings.warn(f"autosched: {len(untuned)} of {len(partitioned.tasks)} tasks of {partitioned.name} have "
-                          f"no tuned program and run a default schedule: {names}", UntunedWorkloadWarning,
-                          stacklevel=2)
-        self.untuned = untuned
-        self._buffers: dict[int, np.ndarray] = {}
-        for node in self.graph.inputs:
-            self._buffers[id(node)] = np.zeros(node.shape, node.dtype)
-        self._calls = []
-        for sg in partitioned.subgraphs:
-            prog = self.programs[sg.workload.workload_key]
-            kernel, placeholders = prog.kernel, sg.workload.dag.inputs
-            args = []
-            for node, ph in zip(sg.inputs, placeholders):
-                if node.is_const:
-                    value = node.value
-                    args.append(kernel.pack(ph.name, value) if ph.name in kernel.layouts else value)
-                else:
-                    args.append(self._buffers[id(node)])
-            out = self._buffers[id(sg.output)] = np.zeros(sg.output.shape, sg.output.dtype)
-            self._calls.append((kernel, tuple(args) + (out,)))
+            key = (w.workload_key, str(prog.state), prog.layout_rewrite)
+            prog.kernel = kernel_cache.get(key) if kernel_cache is not None else None
+            if prog.kernel is None:
+                prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite)
+                if kernel_cache is not None:
+                    kernel_cache[key] = prog.kernel
+            programs[w.workload_key] = prog
+        return programs, untuned
+
+    def _arguments(self, sg) -> tuple:
+        """A subgraph's kernel arguments: weights (packed once for layout-rewritten kernels),
+        the planned arrays of its inputs, then its output's."""
+        kernel = self.programs[sg.workload.workload_key].kernel
+        args = []
+        for node, ph in zip(sg.inputs, sg.workload.dag.inputs):
+            if node.is_const:
+                value = node.value
+                args.append(kernel.pack(ph.name, value) if ph.name in kernel.layouts else value)
+            else:
+                args.append(self._buffers[id(node)])
+        return tuple(args) + (self._buffers[id(sg.output)],)
+
+    def _allocate(self, plan: MemoryPlan) -> dict:
+        """Every tensor's array: inputs and outputs their own, the rest views of one arena."""
+        buffers = {id(n): _aligned_empty(nbytes(n)).view(n.dtype).reshape(n.shape) for n in plan.own}
+        arena = _aligned_empty(plan.arena_bytes)
+        for n in self.graph.nodes:
+            if id(n) in plan.offsets:
+                start = plan.offsets[id(n)]
+                buffers[id(n)] = arena[start:start + nbytes(n)].view(n.dtype).reshape(n.shape)
+        for n in self.graph.nodes:
+            if id(n) in plan.aliases:
+                buffers[id(n)] = buffers[id(plan.storage(n))].reshape(n.shape)
+        return buffers
 
     @property
     def n_kernels(self) -> int:
-        return len(self._calls)
+        return len(self.calls)
 
     def _run(self) -> None:
-        for kernel, args in self._calls:
-            kernel(*args)
+        self._driver.run()
 
     def _set_inputs(self, inputs) -> None:
         if len(inputs) != len(self.graph.inputs):
@@ -205,17 +273,7 @@ class GraphExecutor:
         if not inputs:
             inputs = self.graph.random_inputs(0)
         self._set_inputs(inputs)
-        self._run()
-        times = []
-        for _ in range(repeat):
-            n, t0 = 0, time.perf_counter()
-            while True:
-                self._run()
-                n += 1
-                elapsed = time.perf_counter() - t0
-                if elapsed * 1e3 >= min_repeat_ms:
-                    break
-            times.append(elapsed / n)
+        times = time_repeats(self._run, repeat, min_repeat_ms)
         return {"median": statistics.median(times), "min": min(times), "times": times}
 
     def profile(self, *inputs, repeat: int = 3) -> list[dict]:
@@ -225,11 +283,12 @@ class GraphExecutor:
             inputs = self.graph.random_inputs(0)
         self._set_inputs(inputs)
         self._run()
-        rows = []
-        first = {}
-        for sg, call in zip(self.partitioned.subgraphs, self._calls):
-            first.setdefault(sg.workload.workload_key, call)
+        rows, first = [], {}
+        for sg, kernel, args in self.calls:
+            first.setdefault(sg.workload.workload_key, (kernel, args))
         for w in self.partitioned.workloads:
+            if w.workload_key not in first:      # reshapes only: views, no kernel
+                continue
             kernel, args = first[w.workload_key]
             t = kernel.time(*args, number=1, repeat=repeat, min_repeat_ms=10).median
             rows.append({"workload": w.desc, "weight": w.weight, "seconds": t, "total": t * w.weight,

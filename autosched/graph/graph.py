@@ -128,8 +128,12 @@ class Graph:
         return sum(math.prod(c.shape) for c in self.constants)
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Standard-normal floats; integers (e.g. token ids) uniform in ``[0, attrs["high"])``
+        (default 2), the range an importer records for indices into a table."""
         rng = np.random.default_rng(seed)
-        return [rng.standard_normal(i.shape).astype(i.dtype) for i in self.inputs]
+        return [rng.integers(0, i.attrs.get("high", 2), size=i.shape).astype(i.dtype)
+                if np.issubdtype(np.dtype(i.dtype), np.integer) else rng.standard_normal(i.shape).astype(i.dtype)
+                for i in self.inputs]
 
     def flop_count(self) -> int:
         """Floating-point operations of one run, as the operators' ComputeDAGs count them."""
@@ -192,8 +196,10 @@ class GraphBuilder:
         return base if k == 0 else f"{base}_{k}"
 
     # leaves -------------------------------------------------------------------------------
-    def input(self, shape, name: str = "data") -> Node:
-        node = Node("input", shape=tuple(int(s) for s in shape), dtype=self.dtype, name=self._name(name))
+    def input(self, shape, name: str = "data", dtype: str | None = None, high: int | None = None) -> Node:
+        """A graph input; integer inputs take values in ``[0, high)`` (see ``Graph.random_inputs``)."""
+        node = Node("input", shape=tuple(int(s) for s in shape), dtype=dtype or self.dtype, name=self._name(name),
+                    attrs={} if high is None else {"high": int(high)})
         self.inputs.append(node)
         return node
 

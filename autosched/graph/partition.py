@@ -9,7 +9,11 @@ output and has no other consumer (so every group has one output and the groups f
 2. elementwise, broadcast and injective nodes join an elementwise/injective producer group
    (elementwise ones also an anchor group), making chains of cheap ops one kernel;
 3. a reduction (softmax, layer norm, pooling) starts a group and takes in the
-   elementwise/injective groups that feed only it (e.g. the residual add before a layer norm).
+   elementwise/injective groups that feed only it (e.g. the residual add before a layer norm);
+4. where a node's consumers are several elementwise/broadcast nodes whose paths all meet
+   again (a diamond: GELU as ONNX exporters write it, x·(1 + erf(x/√2))/2; x·sigmoid(x)),
+   the nodes of those paths up to where they meet join the node's group (an anchor's or an
+   elementwise one's), as Relay fuses up to the post-dominator.
 
 Each group becomes a ComputeDAG built with the ``autosched.ops`` tensor functions: its
 external inputs are placeholders in order of first use (constants marked ``constant`` so
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 
 import ir
 from .graph import Graph, Node
-from .opdefs import ANCHOR, BROADCAST, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
+from .opdefs import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
 from .passes import fold_batch_norm as _fold_batch_norm
 
 
@@ -131,11 +135,40 @@ def _ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"t_{s}"
 
 
+#: the most nodes a diamond (rule 4) may hold
+_DIAMOND_LIMIT = 16
+
+
+def _diamonds(graph: Graph, order: dict) -> dict[int, Node]:
+    """Rule 4: each node of a diamond, mapped to the node its paths start from."""
+    member_of: dict[int, Node] = {}
+    nodes = graph.nodes
+    for p in graph.op_nodes:
+        if len(graph.consumers(p)) < 2 or graph.is_output(p):
+            continue
+        region, inside = [], {id(p)}
+        for m in nodes[order[id(p)] + 1:]:
+            if not any(id(q) in inside for q in m.inputs):
+                continue
+            if opdef(m.kind).pattern > BROADCAST or len(region) == _DIAMOND_LIMIT:
+                break                      # a path leaves the elementwise ops before they meet
+            region.append(m)
+            inside.add(id(m))
+            upstream = [p] + region[:-1]
+            if all(id(c) in inside for x in upstream for c in graph.consumers(x)) and \
+                    not any(graph.is_output(x) for x in upstream):
+                if not any(id(r) in member_of for r in region):
+                    member_of.update((id(r), p) for r in region)
+                break
+    return member_of
+
+
 def _fuse_groups(graph: Graph) -> list[list[Node]]:
     """The fused groups of ``graph``'s operator nodes (rules in the module docstring),
     each in topological order, ordered by their outputs."""
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     group_of: dict[int, dict] = {}
+    diamond_of = _diamonds(graph, order)
 
     def eligible(p: Node, n: Node) -> bool:
         g = group_of.get(id(p))
@@ -146,7 +179,10 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
         pat = opdef(n.kind).pattern
         producers = [p for p in n.inputs if p.is_op]
         joined = None
-        if pat <= INJECTIVE:
+        source = diamond_of.get(id(n))
+        if source is not None and group_of[id(source)]["pattern"] in (ELEMWISE, BROADCAST, INJECTIVE, ANCHOR):
+            joined = group_of[id(source)]
+        elif pat <= INJECTIVE:
             for p in producers:
                 g = group_of.get(id(p))
                 if not eligible(p, n):

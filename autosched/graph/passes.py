@@ -1,10 +1,10 @@
 """Graph passes that run before partitioning.
 
 ``fold_batch_norm``: an inference batch norm right after a conv, depthwise conv, transposed
-conv or dense (whose only consumer it is) becomes part of the weights:
-scale = gamma / sqrt(var + eps), w' = w · scale (per output channel), followed by a
-bias_add of beta − mean · scale. The graph keeps its inputs and outputs; the folded weights
-are new constants computed from the old ones on first use.
+conv or dense (whose only consumer it is), or after such an operator's bias_add, becomes
+part of the weights: scale = gamma / sqrt(var + eps), w' = w · scale (per output channel),
+followed by a bias_add of beta − (mean − bias) · scale. The graph keeps its inputs and
+outputs; the folded weights are new constants computed from the old ones on first use.
 """
 from __future__ import annotations
 
@@ -27,9 +27,29 @@ def _scaled_weight(kind: str, shape):
     return fn
 
 
+def _single_use(graph: Graph, producer: Node, consumer: Node) -> bool:
+    return not graph.is_output(producer) and all(c is consumer for c in graph.consumers(producer))
+
+
+def _foldable(graph: Graph, bn: Node):
+    """(anchor, its bias or None) when ``bn`` follows a conv/dense, possibly through a
+    bias_add (ONNX convs carry their bias), each used only by the next; else None."""
+    if bn.kind != "batch_norm" or bn.attrs.get("axis", -1) not in (-1, len(bn.shape) - 1):
+        return None
+    if not all(p.is_const for p in bn.inputs[1:]):
+        return None
+    src, bias = bn.inputs[0], None
+    if (src.kind == "bias_add" and src.inputs[1].is_const and _single_use(graph, src, bn)
+            and src.attrs.get("axis", -1) in (-1, len(src.shape) - 1)):
+        src, bias, bn = src.inputs[0], src.inputs[1], src
+    if src.kind in _FOLDABLE and src.inputs[1].is_const and _single_use(graph, src, bn):
+        return src, bias
+    return None
+
+
 def fold_batch_norm(graph: Graph) -> Graph:
-    """``graph`` with batch norms folded into the preceding conv/dense weights (a new Graph;
-    nodes that do not change are shared with ``graph``)."""
+    """``graph`` with batch norms folded into the preceding conv/dense weights (and bias) (a
+    new Graph; nodes that do not change are shared with ``graph``)."""
     new: dict[int, Node] = {}
 
     def mapped(n: Node) -> Node:
@@ -39,11 +59,9 @@ def fold_batch_norm(graph: Graph) -> Graph:
     for node in graph.nodes:
         if not node.is_op:
             continue
-        anchor = node.inputs[0] if node.inputs else None
-        if (node.kind == "batch_norm" and anchor is not None and anchor.kind in _FOLDABLE
-                and anchor.inputs[1].is_const and not graph.is_output(anchor)
-                and all(c is node for c in graph.consumers(anchor))
-                and all(p.is_const for p in node.inputs[1:])):
+        found = _foldable(graph, node)
+        if found is not None:
+            anchor, bias = found
             x, w = (mapped(p) for p in anchor.inputs)
             gamma, beta, mean, var = node.inputs[1:]
             eps = float(node.attrs.get("eps", 1e-5))
@@ -51,8 +69,9 @@ def fold_batch_norm(graph: Graph) -> Graph:
             w2 = Node("const", shape=w.shape, dtype=w.dtype, name=f"{w.name}_folded",
                       init=lambda rng, w=w, g=gamma, v=var, f=weight_fn, e=eps: f(w.value, g.value, v.value, e))
             b2 = Node("const", shape=beta.shape, dtype=beta.dtype, name=f"{node.name}_shift",
-                      init=lambda rng, b=beta, g=gamma, m=mean, v=var, e=eps:
-                      b.value - m.value.astype(np.float64) * g.value / np.sqrt(v.value.astype(np.float64) + e))
+                      init=lambda rng, b=beta, g=gamma, m=mean, v=var, e=eps, c=bias:
+                      b.value - (m.value.astype(np.float64) - (0.0 if c is None else c.value)) * g.value
+                      / np.sqrt(v.value.astype(np.float64) + e))
             conv = Node(anchor.kind, (x, w2), dict(anchor.attrs), anchor.shape, anchor.dtype, anchor.name)
             new[id(node)] = Node("bias_add", (conv, b2), {"axis": -1}, node.shape, node.dtype, f"{node.name}_folded")
             changed = True

@@ -27,11 +27,14 @@ scheme (``C2D-1x56x56x64x64-k1s1p0``...) is described in ``suite``.
 """
 from .registry import OPERATORS, OperatorDef, Workload, normal, operator, operator_def, uniform, workload
 from .common import LAYOUTS, Layout, pad
-from .elementwise import add, bias_add, channelwise, gelu, multiply, relu, sigmoid, tanh
+from .elementwise import (add, bias_add, broadcast_to, cast, channelwise, clip, divide, erf, gelu, gelu_tanh,
+                          hard_sigmoid, hard_swish, leaky_relu, maximum, minimum, multiply, power, power_scalar,
+                          reciprocal, relu, scalar_op, sigmoid, sqrt, subtract, tanh)
 from .linalg import batch_matmul, dense, matmul, norm
 from .conv import capsule_conv2d, conv, conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d
-from .nn import batch_norm, global_pool, layer_norm, pool, softmax
-from .transform import reshape, transpose
+from .nn import batch_norm, global_pool, layer_norm, log_softmax, lrn, pool, reduce, softmax
+from .transform import PAD_MODES, concat, gather, pad_mode, reshape, strided_slice, transpose
+from .image import resize
 from .subgraphs import conv_bn_relu, transpose_batch_matmul
 from .suite import FAMILIES, parse_suite_name, suite, suite_names, suite_workload
 from .baseline import numpy_routine
@@ -39,11 +42,14 @@ from .baseline import numpy_routine
 __all__ = [
     "OPERATORS", "OperatorDef", "Workload", "normal", "operator", "operator_def", "uniform", "workload",
     "LAYOUTS", "Layout", "pad",
-    "add", "bias_add", "channelwise", "gelu", "multiply", "relu", "sigmoid", "tanh",
+    "add", "bias_add", "broadcast_to", "cast", "channelwise", "clip", "divide", "erf", "gelu", "gelu_tanh",
+    "hard_sigmoid", "hard_swish", "leaky_relu", "maximum", "minimum", "multiply", "power", "power_scalar",
+    "reciprocal", "relu", "scalar_op", "sigmoid", "sqrt", "subtract", "tanh",
     "batch_matmul", "dense", "matmul", "norm",
     "capsule_conv2d", "conv", "conv1d", "conv2d", "conv2d_transpose", "conv3d", "depthwise_conv2d",
-    "batch_norm", "global_pool", "layer_norm", "pool", "softmax",
-    "reshape", "transpose",
+    "batch_norm", "global_pool", "layer_norm", "log_softmax", "lrn", "pool", "reduce", "softmax",
+    "PAD_MODES", "concat", "gather", "pad_mode", "reshape", "strided_slice", "transpose",
+    "resize",
     "conv_bn_relu", "transpose_batch_matmul",
     "FAMILIES", "parse_suite_name", "suite", "suite_names", "suite_workload",
     "numpy_routine",

@@ -86,9 +86,16 @@ def check_shape(shape, what: str) -> tuple[int, ...]:
     return ints
 
 
-def out_size(size: int, kernel: int, stride: int, pad: int, dilation: int = 1) -> int:
-    """Output extent of a sliding window (floor mode), as in every framework."""
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+def out_size(size: int, kernel: int, stride: int, pad: int, dilation: int = 1, pad_after: int | None = None,
+             ceil_mode: bool = False) -> int:
+    """Output extent of a sliding window, as in every framework: floor mode by default; in
+    ``ceil_mode`` a last partial window counts if it starts inside the input or the padding
+    before it (PyTorch's and ONNX's rule). ``pad_after`` defaults to ``pad``."""
+    span = size + pad + (pad if pad_after is None else pad_after) - dilation * (kernel - 1) - 1
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + pad else out
 
 
 def numel(shape) -> int:
@@ -147,6 +154,7 @@ class Sliding:
     padding: tuple
     dilation: tuple
     padded: object  # Tensor
+    pad_after: tuple = ()   # explicit padding after each spatial axis (ceil mode may read beyond it)
 
 
 def data_layout(data, layout, what: str) -> Layout:
@@ -159,18 +167,23 @@ def data_layout(data, layout, what: str) -> Layout:
 
 
 def sliding(data, kernel, stride, padding, dilation, layout, what: str, pad_value=0.0,
-            pad_name: str = "pad") -> Sliding:
-    """Check and normalise the window parameters of ``data`` and pad it (one shared stage)."""
+            pad_name: str = "pad", pad_after=None, ceil_mode: bool = False) -> Sliding:
+    """Check and normalise the window parameters of ``data`` and pad it (one shared stage).
+    ``padding`` pads before each spatial axis, ``pad_after`` (default: the same) after it;
+    in ``ceil_mode`` the input is padded further where the last window reaches beyond."""
     lay = data_layout(data, layout, what)
     sd = lay.spatial_dims
     n, c, in_sp = lay.unpack(data.shape)
     kernel = as_tuple(kernel, sd, f"{what}: kernel")
     stride = as_tuple(stride, sd, f"{what}: stride")
     padding = as_tuple(padding, sd, f"{what}: padding", minimum=0)
+    after = padding if pad_after is None else as_tuple(pad_after, sd, f"{what}: pad_after", minimum=0)
     dilation = as_tuple(dilation, sd, f"{what}: dilation")
-    out_sp = tuple(out_size(*a) for a in zip(in_sp, kernel, stride, padding, dilation))
+    out_sp = tuple(out_size(*a, ceil_mode) for a in zip(in_sp, kernel, stride, padding, dilation, after))
     if min(out_sp) < 1:
         raise ValueError(f"{what}: the window (kernel {kernel}, dilation {dilation}) does not fit the "
-                         f"input {in_sp} padded by {padding}; output would be {out_sp}")
-    padded = pad(data, lay.shape(0, 0, padding), None, pad_value, pad_name)
-    return Sliding(lay, n, c, tuple(in_sp), out_sp, stride, padding, dilation, padded)
+                         f"input {in_sp} padded by {padding} before and {after} after; output would be {out_sp}")
+    reach = [max(a, (o - 1) * s + d * (k - 1) + 1 - i - p)
+             for a, o, s, d, k, i, p in zip(after, out_sp, stride, dilation, kernel, in_sp, padding)]
+    padded = pad(data, lay.shape(0, 0, padding), lay.shape(0, 0, reach), pad_value, pad_name)
+    return Sliding(lay, n, c, tuple(in_sp), out_sp, stride, padding, dilation, padded, after)

@@ -45,8 +45,9 @@ def _weight_dims(weight, data, pattern: str, what: str) -> dict:
     return dims
 
 
-def conv(data, weight, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", name=None):
-    """Convolution with 1 to 3 spatial dimensions (from the data's rank), grouped and dilated."""
+def conv(data, weight, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", name=None, pad_after=None):
+    """Convolution with 1 to 3 spatial dimensions (from the data's rank), grouped and dilated;
+    ``padding`` before each spatial axis, ``pad_after`` (default: the same) after it."""
     what = name or f"conv{data.ndim - 2}d"
     lay = data_layout(data, layout, what)
     dims = _weight_dims(weight, data, "KIO" if lay.channel_last else "OIK", what)
@@ -56,7 +57,7 @@ def conv(data, weight, stride=1, padding=0, dilation=1, groups=1, layout="NHWC",
     if cig != ci // groups:
         raise ValueError(f"{what}: the weight {weight.shape} has {cig} input channels per group, expected "
                          f"CI/groups = {ci}/{groups} = {ci // groups}")
-    win = sliding(data, kernel, stride, padding, dilation, layout, what)
+    win = sliding(data, kernel, stride, padding, dilation, layout, what, pad_after=pad_after)
     cog = co // groups
     rc = ir.reduce_axis(cig, "rc")
     rk = reduce_axes(kernel, lay)
@@ -88,9 +89,9 @@ def _of_rank(spatial_dims: int):
 conv1d, conv2d, conv3d = _of_rank(1), _of_rank(2), _of_rank(3)
 
 
-def depthwise_conv2d(data, weight, stride=1, padding=0, dilation=1, layout="NHWC", name=None):
+def depthwise_conv2d(data, weight, stride=1, padding=0, dilation=1, layout="NHWC", name=None, pad_after=None):
     """Each channel convolved with its own filters. Weight (kh, kw, C, multiplier) for NHWC,
-    (C, multiplier, kh, kw) for NCHW; output channel ``c·multiplier + q``."""
+    (C, multiplier, kh, kw) for NCHW; output channel ``c·multiplier + q``; ``pad_after`` as ``conv``."""
     what = name or "depthwise_conv2d"
     lay = data_layout(data, layout, what)
     dims = _weight_dims(weight, data, "KCM" if lay.channel_last else "CMK", what)
@@ -98,7 +99,7 @@ def depthwise_conv2d(data, weight, stride=1, padding=0, dilation=1, layout="NHWC
     if c != lay.unpack(data.shape)[1]:
         raise ValueError(f"{what}: the weight {weight.shape} is for {c} channels, the data {data.shape} "
                          f"has {lay.unpack(data.shape)[1]}")
-    win = sliding(data, kernel, stride, padding, dilation, layout, what)
+    win = sliding(data, kernel, stride, padding, dilation, layout, what, pad_after=pad_after)
     rk = reduce_axes(kernel, lay)
 
     def body(*idx):
@@ -112,10 +113,13 @@ def depthwise_conv2d(data, weight, stride=1, padding=0, dilation=1, layout="NHWC
     return ir.compute(lay.shape(win.batch, c * m, win.out_spatial), body, name=name or tag, tag=tag)
 
 
-def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None):
+def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None, pad_after=None,
+                     output_padding=0):
     """The gradient of conv2d w.r.t. its input. Weight (kh, kw, CI, CO) for NHWC, (CI, CO, kh, kw)
     for NCHW (TVM's). As in TVM, one stage ("dilate_pad") inserts stride−1 zeros between input
-    pixels and pads by kernel−1−padding; a stride-1 convolution with the flipped kernel follows."""
+    pixels and pads by kernel−1−padding; a stride-1 convolution with the flipped kernel follows.
+    ``padding`` crops before each spatial axis, ``pad_after`` (default: the same) after it, and
+    ``output_padding`` adds rows and columns at the end (ONNX's and PyTorch's)."""
     what = name or "conv2d_transpose"
     lay = data_layout(data, layout, what)
     sd = lay.spatial_dims
@@ -127,19 +131,26 @@ def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None
                          f"has {data_ci}")
     stride = as_tuple(stride, sd, f"{what}: stride")
     padding = as_tuple(padding, sd, f"{what}: padding", minimum=0)
-    out_sp = tuple((i - 1) * s - 2 * p + k for i, s, p, k in zip(in_sp, stride, padding, kernel))
+    after = padding if pad_after is None else as_tuple(pad_after, sd, f"{what}: pad_after", minimum=0)
+    extra = as_tuple(output_padding, sd, f"{what}: output_padding", minimum=0)
+    out_sp = tuple((i - 1) * s - p - a + k + e for i, s, p, a, k, e in zip(in_sp, stride, padding, after, kernel, extra))
     if min(out_sp) < 1:
-        raise ValueError(f"{what}: padding {padding} is too large for input {in_sp} with kernel {kernel} and "
-                         f"stride {stride}; output would be {out_sp}")
+        pads = padding if after == padding else f"{padding} before, {after} after"
+        raise ValueError(f"{what}: padding {pads} is too large for input {in_sp} with kernel {kernel} "
+                         f"and stride {stride}; output would be {out_sp}")
     offsets = [k - 1 - p for k, p in zip(kernel, padding)]
+    # positions of the dilated input past its last pixel that the windows read (asymmetric padding)
+    overhang = [o + k - 2 - off - (i - 1) * s for o, k, off, i, s in zip(out_sp, kernel, offsets, in_sp, stride)]
 
     def dilate_pad(*idx):
         n_, c, sp = lay.unpack(idx)
         conds, src = [], []
-        for t, off, s, size in zip(sp, offsets, stride, in_sp):
+        for t, off, s, size, over in zip(sp, offsets, stride, in_sp, overhang):
             u = t - off if off else t
             if off > 0:
-                conds += [t >= off, t < off + (size - 1) * s + 1]
+                conds.append(t >= off)
+            if over > 0:
+                conds.append(t < off + (size - 1) * s + 1)
             if s > 1:
                 conds.append(u % s == 0)
                 u = u // s
@@ -147,7 +158,7 @@ def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None
         x = data[lay.index(n_, c, src)]
         return ir.select(ir.all_of(conds), x, 0) if conds else x
 
-    if any(s > 1 for s in stride) or any(offsets):
+    if any(s > 1 for s in stride) or any(offsets) or any(o > 0 for o in overhang):
         dilated = ir.compute(lay.shape(n, ci, [o + k - 1 for o, k in zip(out_sp, kernel)]), dilate_pad,
                              name="dilate_pad", tag="injective,pad")
     else:

@@ -50,8 +50,17 @@ def batch_matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, nam
 
 
 def dense(x, weight, bias=None, name: str = "dense"):
-    """y (batch, out) = x (batch, in) · weight (out, in)ᵀ [+ bias (out,)]."""
-    y = _product(x, weight, False, True, 0, name, "dense")
+    """y (batch, out) = x (batch, in) · weight (out, in)ᵀ [+ bias (out,)]; ``x`` may have more
+    leading axes (batch, seq, in), each row multiplied alike, as ONNX's MatMul by a weight."""
+    if x.ndim > 2 and weight.ndim == 2:
+        if x.shape[-1] != weight.shape[1]:
+            raise ValueError(f"{name}: x {x.shape} has {x.shape[-1]} features, the weight {weight.shape} "
+                             f"expects {weight.shape[1]}")
+        k = ir.reduce_axis(weight.shape[1], "k")
+        y = ir.compute((*x.shape[:-1], weight.shape[0]),
+                       lambda *idx: ir.sum(x[(*idx[:-1], k)] * weight[idx[-1], k], axis=k), name=name, tag="dense")
+    else:
+        y = _product(x, weight, False, True, 0, name, "dense")
     return y if bias is None else bias_add(y, bias, axis=-1, name=f"{name}_bias_add")
 
 

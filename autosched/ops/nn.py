@@ -17,8 +17,8 @@ import ir
 from ir.tensor import as_int
 
 from . import reference as ref
-from .common import (as_tuple, check_dims, check_shape, data_layout, numel, parse_layout, reduce_axes,
-                     scaled, sliding, window)
+from .common import (as_tuple, check_dims, check_positive, check_shape, data_layout, numel, pad, parse_layout,
+                     reduce_axes, scaled, sliding, window)
 from .registry import operator, uniform
 
 
@@ -29,14 +29,107 @@ def _rows(x, what: str):
     return x.shape[:-1], x.shape[-1]
 
 
-def softmax(x, name: str = "softmax"):
-    """Softmax over the last axis, numerically stable: exp(x − max) / Σ exp(x − max)."""
-    outer, n = _rows(x, name)
-    k1, k2 = ir.reduce_axis(n, "k"), ir.reduce_axis(n, "k")
-    mx = ir.compute(outer, lambda *i: ir.max(x[(*i, k1)], axis=k1), name=f"{name}_maxelem", tag="comm_reduce")
-    e = ir.compute(x.shape, lambda *i: ir.exp(x[i] - mx[i[:-1]]), name=f"{name}_exp", tag="broadcast")
-    s = ir.compute(outer, lambda *i: ir.sum(e[(*i, k2)], axis=k2), name=f"{name}_expsum", tag="comm_reduce")
-    return ir.compute(x.shape, lambda *i: e[i] / s[i[:-1]], name=name, tag="softmax_output")
+def _axis(x, axis: int, what: str) -> int:
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax < x.ndim:
+        raise ValueError(f"{what}: axis {axis} is out of range for data of shape {x.shape}")
+    return ax
+
+
+def _with(index, ax: int, value) -> tuple:
+    """``index`` (without axis ``ax``) with ``value`` inserted at position ``ax``."""
+    return (*index[:ax], value, *index[ax:])
+
+
+def _without(index, ax: int) -> tuple:
+    return (*index[:ax], *index[ax + 1:])
+
+
+def _softmax_parts(x, axis: int, name: str):
+    """The row maximum and the stage of ``exp(x − max)`` along ``axis`` (default the last)."""
+    ax = _axis(x, axis, name)
+    if x.ndim < 2:
+        raise ValueError(f"{name}: expected at least 2 dimensions (rows..., last axis), got shape {x.shape}; "
+                         "reshape a vector to (1, n)")
+    outer, n = _without(x.shape, ax), x.shape[ax]
+    k1 = ir.reduce_axis(n, "k")
+    mx = ir.compute(outer, lambda *i: ir.max(x[_with(i, ax, k1)], axis=k1), name=f"{name}_maxelem",
+                    tag="comm_reduce")
+    return ax, outer, n, mx
+
+
+def softmax(x, name: str = "softmax", axis: int = -1):
+    """Softmax along ``axis`` (the last by default), numerically stable: exp(x − max) / Σ exp(x − max)."""
+    ax, outer, n, mx = _softmax_parts(x, axis, name)
+    k2 = ir.reduce_axis(n, "k")
+    e = ir.compute(x.shape, lambda *i: ir.exp(x[i] - mx[_without(i, ax)]), name=f"{name}_exp", tag="broadcast")
+    s = ir.compute(outer, lambda *i: ir.sum(e[_with(i, ax, k2)], axis=k2), name=f"{name}_expsum", tag="comm_reduce")
+    return ir.compute(x.shape, lambda *i: e[i] / s[_without(i, ax)], name=name, tag="softmax_output")
+
+
+def log_softmax(x, name: str = "log_softmax", axis: int = -1):
+    """``x − max − log Σ exp(x − max)`` along ``axis``."""
+    ax, outer, n, mx = _softmax_parts(x, axis, name)
+    k2 = ir.reduce_axis(n, "k")
+    s = ir.compute(outer, lambda *i: ir.sum(ir.exp(x[_with(i, ax, k2)] - mx[i]), axis=k2), name=f"{name}_expsum",
+                   tag="comm_reduce")
+    return ir.compute(x.shape, lambda *i: x[i] - mx[_without(i, ax)] - ir.log(s[_without(i, ax)]), name=name,
+                      tag="log_softmax_output")
+
+
+def reduce(x, axes, reducer: str = "sum", keepdims: bool = True, name=None):
+    """Sum, mean, max or min over ``axes``; they stay with extent 1 when ``keepdims``."""
+    if reducer not in ("sum", "mean", "max", "min"):
+        raise ValueError(f"reduce: unknown reducer {reducer!r}; expected 'sum', 'mean', 'max' or 'min'")
+    what = name or f"reduce_{reducer}"
+    axes = sorted({_axis(x, a, what) for a in axes})
+    if not axes:
+        raise ValueError(f"{what}: no axis to reduce over")
+    kept = [a for a in range(x.ndim) if a not in axes]
+    if not kept and not keepdims:
+        raise ValueError(f"{what}: reducing every axis of {x.shape} without keepdims leaves a scalar; keep one axis")
+    shape = tuple(1 if a in axes else x.shape[a] for a in range(x.ndim)) if keepdims else tuple(x.shape[a] for a in kept)
+    rk = [ir.reduce_axis(x.shape[a], f"r{a}") for a in axes]
+
+    def source(*i):
+        src, out = [], list(i) if not keepdims else [i[a] for a in kept]
+        for a in range(x.ndim):
+            src.append(rk[axes.index(a)] if a in axes else out.pop(0))
+        return x[tuple(src)]
+
+    combine = {"sum": ir.sum, "mean": ir.sum, "max": ir.max, "min": ir.min}[reducer]
+    if reducer != "mean":
+        return ir.compute(shape, lambda *i: combine(source(*i), axis=rk), name=what, tag="comm_reduce")
+    total = ir.compute(shape, lambda *i: ir.sum(source(*i), axis=rk), name=f"{what}_sum", tag="comm_reduce")
+    inv = 1.0 / numel(x.shape[a] for a in axes)
+    return ir.compute(shape, lambda *i: total[i] * inv, name=what, tag="elemwise")
+
+
+def lrn(x, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0, axis: int = -1,
+        name: str = "lrn"):
+    """Local response normalisation across channels (ONNX's LRN): ``x / (bias + alpha/size ·
+    Σ x²)^beta``, the sum over the ``size`` neighbouring channels along ``axis`` (zero-padded)."""
+    ax = _axis(x, axis, name)
+    check_positive(f"{name}: size", size)
+    before = [0] * x.ndim
+    after = [0] * x.ndim
+    before[ax], after[ax] = (size - 1) // 2, size // 2
+    padded = pad(x, before, after, 0.0, f"{name}_pad")
+    r = ir.reduce_axis(size, "rc")
+
+    def square_sum(*i):
+        v = padded[_with(_without(i, ax), ax, i[ax] + r)]
+        return ir.sum(v * v, axis=r)
+
+    sq = ir.compute(x.shape, square_sum, name=f"{name}_square_sum", tag="comm_reduce")
+    scale = float(alpha) / size
+
+    def normalise(*i):
+        base = sq[i] * scale + float(bias)
+        denom = base if beta == 1 else ir.pow(base, ir.const(float(beta), x.dtype))
+        return x[i] / denom
+
+    return ir.compute(x.shape, normalise, name=name, tag="broadcast")
 
 
 def layer_norm(x, gamma, beta, eps: float = 1e-5, name: str = "layer_norm"):
@@ -79,17 +172,23 @@ def batch_norm(x, gamma, beta, mean, var, eps: float = 1e-5, axis: int = -1, nam
     return ir.compute(x.shape, body, name=name, tag="broadcast")
 
 
-def pool(data, kernel, stride=1, padding=0, pool_type: str = "max", layout: str = "NHWC", name=None):
-    """Max or average pooling over 1 to 3 spatial dimensions; padding excluded from averages."""
+def pool(data, kernel, stride=1, padding=0, pool_type: str = "max", layout: str = "NHWC", name=None,
+         pad_after=None, ceil_mode: bool = False, count_include_pad: bool = False, dilation=1):
+    """Max or average pooling over 1 to 3 spatial dimensions. ``padding`` before each spatial
+    axis, ``pad_after`` (default: the same) after it; ``ceil_mode`` keeps a last partial
+    window. Averages divide by the in-bounds samples, or with ``count_include_pad`` by the
+    samples inside the explicit padding too (never the ceil-mode overhang), as ONNX does."""
     if pool_type not in ("max", "avg"):
         raise ValueError(f"pool: unknown pool_type {pool_type!r}; expected 'max' or 'avg'")
     what = name or f"pool_{pool_type}"
     lay = data_layout(data, layout, what)
     kernel = as_tuple(kernel, lay.spatial_dims, f"{what}: kernel")
     fill = ir.min_value(data.dtype) if pool_type == "max" else 0
-    win = sliding(data, kernel, stride, padding, 1, layout, what, pad_value=fill)
-    if any(p >= k for p, k in zip(win.padding, kernel)):
-        raise ValueError(f"{what}: padding {win.padding} must be smaller than the kernel {kernel}, "
+    win = sliding(data, kernel, stride, padding, dilation, layout, what, pad_value=fill, pad_after=pad_after,
+                  ceil_mode=ceil_mode)
+    if any(p >= k for p, k in zip(win.padding + win.pad_after, kernel + kernel)):
+        pads = win.padding if win.pad_after == win.padding else f"{win.padding} before, {win.pad_after} after"
+        raise ValueError(f"{what}: padding {pads} must be smaller than the kernel {kernel}, "
                          "or some windows would hold padding only")
     rk = reduce_axes(kernel, lay)
     shape = lay.shape(win.batch, win.channels, win.out_spatial)
@@ -103,13 +202,28 @@ def pool(data, kernel, stride=1, padding=0, pool_type: str = "max", layout: str 
     total = ir.compute(shape, lambda *i: ir.sum(read_window(i), axis=rk), name=f"{what}_sum", tag="pool_sum")
 
     def average(*i):
-        count = 1  # in-bounds samples of the window, per dimension
-        for o, k, s, p, size in zip(lay.unpack(i)[2], kernel, win.stride, win.padding, win.in_spatial):
-            start = scaled(o, s) - p
-            count = count * (ir.min(start + k, size) - ir.max(start, 0) if p else k)
+        count = 1  # the samples of the window that count, per dimension
+        for o, k, s, p, a, size, d, n_out in zip(lay.unpack(i)[2], kernel, win.stride, win.padding, win.pad_after,
+                                                 win.in_spatial, win.dilation, win.out_spatial):
+            lo, hi = (-p, size + a) if count_include_pad else (0, size)
+            crosses_lo = -p < lo
+            crosses_hi = (n_out - 1) * s - p + d * (k - 1) + 1 > hi
+            if not crosses_lo and not crosses_hi:
+                count = count * k
+            else:
+                count = count * _window_count(scaled(o, s) - p, k, d, lo, hi)
         return total[i] / ir.cast(count, data.dtype)
 
     return ir.compute(shape, average, name=what, tag="pool_avg")
+
+
+def _window_count(start, k: int, d: int, lo: int, hi: int):
+    """How many of the window's samples ``start + j·d`` (j < k) lie in ``[lo, hi)``."""
+    if d == 1:
+        return ir.min(start + k, hi) - ir.max(start, lo)
+    first = ir.max((lo - start + (d - 1)) // d, 0)
+    last = ir.min((hi - 1 - start) // d, k - 1)
+    return last - first + 1
 
 
 def global_pool(data, pool_type: str = "avg", layout: str = "NHWC", name=None):

@@ -27,9 +27,10 @@ def from_channel_last(x: np.ndarray, channel_last: bool) -> np.ndarray:
     return x if channel_last else np.moveaxis(x, -1, 1)
 
 
-def _pad_spatial(x: np.ndarray, padding, value=0.0) -> np.ndarray:
+def _pad_spatial(x: np.ndarray, padding, value=0.0, pad_after=None) -> np.ndarray:
     """Pad the spatial axes (all but the first and the last) of channel-last data."""
-    widths = [(0, 0)] + [(p, p) for p in padding] + [(0, 0)] * (x.ndim - 1 - len(padding))
+    after = padding if pad_after is None else pad_after
+    widths = [(0, 0)] + [(p, a) for p, a in zip(padding, after)] + [(0, 0)] * (x.ndim - 1 - len(padding))
     return np.pad(x, widths, constant_values=value)
 
 
@@ -68,13 +69,13 @@ def norm(a):
 
 # convolutions --------------------------------------------------------------------------
 
-def conv(x, w, stride, padding, dilation, groups, channel_last):
+def conv(x, w, stride, padding, dilation, groups, channel_last, pad_after=None):
     """Grouped N-d convolution; weight (*K, CI/groups, CO) channel-last, (CO, CI/groups, *K) else."""
     x = to_channel_last(x, channel_last)
     w = np.asarray(w, F64) if channel_last else np.moveaxis(np.asarray(w, F64), (0, 1), (-1, -2))
     sd = x.ndim - 2
     kernel, (cig, co) = w.shape[:sd], w.shape[sd:]
-    xp = _pad_spatial(x, padding)
+    xp = _pad_spatial(x, padding, pad_after=pad_after)
     out_sp = _out_spatial(xp.shape[1:-1], kernel, stride, dilation)
     wg = w.reshape(*kernel, cig, groups, co // groups)
     out = np.zeros((x.shape[0], *out_sp, groups, co // groups))
@@ -84,13 +85,13 @@ def conv(x, w, stride, padding, dilation, groups, channel_last):
     return from_channel_last(out.reshape(*out.shape[:-2], co), channel_last)
 
 
-def depthwise_conv(x, w, stride, padding, dilation, channel_last):
+def depthwise_conv(x, w, stride, padding, dilation, channel_last, pad_after=None):
     """Weight (*K, C, multiplier) channel-last, (C, multiplier, *K) else; out channel c*m + q."""
     x = to_channel_last(x, channel_last)
     w = np.asarray(w, F64) if channel_last else np.moveaxis(np.asarray(w, F64), (0, 1), (-2, -1))
     sd = x.ndim - 2
     kernel, (c, m) = w.shape[:sd], w.shape[sd:]
-    xp = _pad_spatial(x, padding)
+    xp = _pad_spatial(x, padding, pad_after=pad_after)
     out_sp = _out_spatial(xp.shape[1:-1], kernel, stride, dilation)
     out = np.zeros((x.shape[0], *out_sp, c, m))
     for offs, patch in _patches(xp, kernel, stride, dilation, out_sp):
@@ -98,8 +99,9 @@ def depthwise_conv(x, w, stride, padding, dilation, channel_last):
     return from_channel_last(out.reshape(*out.shape[:-2], c * m), channel_last)
 
 
-def conv_transpose(x, w, stride, padding, channel_last):
-    """Scatter form: input pixel i adds x[i]·w[r] to output i·stride + r − padding.
+def conv_transpose(x, w, stride, padding, channel_last, pad_after=None, output_padding=None):
+    """Scatter form: input pixel i adds x[i]·w[r] to output i·stride + r − padding; the
+    output is cropped by ``pad_after`` at the end and extended by ``output_padding`` zeros.
     Weight (*K, CI, CO) channel-last, (CI, CO, *K) channel-first (TVM's)."""
     x = to_channel_last(x, channel_last)
     w = np.asarray(w, F64) if channel_last else np.moveaxis(np.asarray(w, F64), (0, 1), (-2, -1))
@@ -109,7 +111,10 @@ def conv_transpose(x, w, stride, padding, channel_last):
     for offs in itertools.product(*(range(k) for k in kernel)):
         sl = tuple(slice(o, o + (n - 1) * s + 1, s) for o, n, s in zip(offs, in_sp, stride))
         full[(slice(None),) + sl] += np.einsum("...c,co->...o", x, w[offs])
-    crop = tuple(slice(p, n - p) for p, n in zip(padding, full.shape[1:-1]))
+    after = padding if pad_after is None else pad_after
+    extra = [0] * sd if output_padding is None else output_padding
+    full = np.pad(full, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])
+    crop = tuple(slice(p, n - a) for p, a, n in zip(padding, after, full.shape[1:-1]))
     return from_channel_last(full[(slice(None),) + crop], channel_last)
 
 
@@ -127,19 +132,42 @@ def capsule_conv2d(x, w, stride, padding):
 
 # pooling and normalisation -------------------------------------------------------------
 
-def pool(x, kernel, stride, padding, pool_type, channel_last):
-    """Max pooling, or average pooling over the in-bounds samples only (padding excluded)."""
+def _outer_and(masks):
+    """The n-d mask that holds where every per-axis 1-d mask holds."""
+    out = np.ones([len(m) for m in masks], bool)
+    for k, m in enumerate(masks):
+        out &= m.reshape([-1 if a == k else 1 for a in range(len(masks))])
+    return out
+
+
+def pool(x, kernel, stride, padding, pool_type, channel_last, pad_after=None, ceil_mode=False,
+         count_include_pad=False, dilation=None):
+    """Max or average pooling of every window (explicit loops over the output positions);
+    averages over the in-bounds samples, or also the explicit padding with ``count_include_pad``.
+    In ``ceil_mode`` a last window that starts inside the input or its leading padding counts."""
     x = to_channel_last(x, channel_last)
-    xp = _pad_spatial(x, padding, -np.inf if pool_type == "max" else 0.0)
-    ones = _pad_spatial(np.ones_like(x), padding, 0.0)
-    out_sp = _out_spatial(xp.shape[1:-1], kernel, stride, (1,) * len(kernel))
-    dil = (1,) * len(kernel)
-    windows = [p for _, p in _patches(xp, kernel, stride, dil, out_sp)]
-    if pool_type == "max":
-        out = np.max(windows, axis=0)
-    else:
-        counts = np.sum([p for _, p in _patches(ones, kernel, stride, dil, out_sp)], axis=0)
-        out = np.sum(windows, axis=0) / counts
+    sd = x.ndim - 2
+    after = padding if pad_after is None else pad_after
+    dilation = (1,) * sd if dilation is None else dilation
+    in_sp = x.shape[1:-1]
+    out_sp = []
+    for n, k, s, p, a, d in zip(in_sp, kernel, stride, padding, after, dilation):
+        span = n + p + a - d * (k - 1) - 1
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        out_sp.append(o - 1 if ceil_mode and (o - 1) * s >= n + p else o)
+    best = np.full((x.shape[0], *out_sp, x.shape[-1]), -np.inf)
+    total = np.zeros_like(best)
+    counted = np.zeros(out_sp)
+    for offs in itertools.product(*(range(k) for k in kernel)):
+        coords = [np.arange(o) * s - p + r * d for o, s, p, r, d in zip(out_sp, stride, padding, offs, dilation)]
+        inside = [(c >= 0) & (c < n) for c, n in zip(coords, in_sp)]
+        in_pads = [(c >= -p) & (c < n + a) for c, n, p, a in zip(coords, in_sp, padding, after)]
+        valid = _outer_and(inside)
+        sample = x[(slice(None), *np.ix_(*[np.clip(c, 0, n - 1) for c, n in zip(coords, in_sp)]))]
+        best = np.where(valid[None, ..., None], np.maximum(best, sample), best)
+        total += np.where(valid[None, ..., None], sample, 0.0)
+        counted += _outer_and(in_pads if count_include_pad else inside)
+    out = best if pool_type == "max" else total / counted[None, ..., None]
     return from_channel_last(out, channel_last)
 
 
@@ -150,10 +178,27 @@ def global_pool(x, pool_type, channel_last):
     return from_channel_last(out, channel_last)
 
 
-def softmax(x):
+def softmax(x, axis=-1):
     x = np.asarray(x, F64)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def log_softmax(x, axis=-1):
+    x = np.asarray(x, F64)
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+def lrn(x, size, alpha, beta, bias, axis=-1):
+    """Each element divided by (bias + alpha/size · the sum of squares of its channel window)^beta."""
+    x = np.moveaxis(np.asarray(x, F64), axis, -1)
+    c = x.shape[-1]
+    sq = np.zeros_like(x)
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + size // 2)
+        sq[..., ch] = np.sum(x[..., lo:hi + 1] ** 2, axis=-1)
+    return np.moveaxis(x / (bias + alpha / size * sq) ** beta, -1, axis)
 
 
 def layer_norm(x, gamma, beta, eps):
@@ -176,6 +221,59 @@ def batch_norm(x, gamma, beta, mean, var, eps, axis):
     return (x - m) / np.sqrt(v + eps) * g + b
 
 
+# data movement -------------------------------------------------------------------------
+
+def gather(data, indices, axis):
+    """numpy.take with negative indices counted from the end, out-of-range ones clamped."""
+    n = data.shape[axis]
+    idx = np.asarray(indices, np.int64)
+    return np.take(np.asarray(data, F64), np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1), axis=axis)
+
+
+def strided_slice(x, begin, step, shape):
+    """The elements at ``begin + i·step`` along every axis."""
+    index = [b + s * np.arange(n) for b, s, n in zip(begin, step, shape)]
+    return np.asarray(x, F64)[np.ix_(*index)]
+
+
+def _resize_coordinates(o, n, m, s, mode):
+    """ONNX Resize's coordinate transformations, in float32 as onnxruntime computes them."""
+    o, s = o.astype(np.float32), np.float32(s)
+    half = np.float32(0.5)
+    if mode == "half_pixel":
+        return (o + half) / s - half
+    if mode == "half_pixel_symmetric":
+        adj = np.float32(m / (s * n))
+        return np.float32(n / 2) * (1 - adj) + (o + half) / s - half
+    if mode == "pytorch_half_pixel":
+        return (o + half) / s - half if m > 1 else np.zeros_like(o)
+    if mode == "align_corners":
+        return o * np.float32((n - 1) / (m - 1)) if m > 1 else np.zeros_like(o)
+    if mode == "asymmetric":
+        return o / s
+    return (o + half) / s  # tf_half_pixel_for_nearest
+
+
+def resize(x, shape, scales, mode, coordinate_mode, nearest_mode):
+    """Resize one axis after the other (separable), with ONNX's coordinate formulas."""
+    out = np.asarray(x, F64)
+    for k, (n, m, s) in enumerate(zip(x.shape, shape, scales)):
+        if n == m and s == 1.0:
+            continue
+        coord = _resize_coordinates(np.arange(m), n, m, s, coordinate_mode).astype(F64)
+        if mode == "nearest":
+            rounded = {"round_prefer_floor": np.ceil(coord - 0.5), "round_prefer_ceil": np.floor(coord + 0.5),
+                       "floor": np.floor(coord), "ceil": np.ceil(coord)}[nearest_mode]
+            out = np.take(out, np.clip(rounded.astype(np.int64), 0, n - 1), axis=k)
+        else:
+            c = np.clip(coord, 0, n - 1)
+            lo = np.floor(c).astype(np.int64)
+            hi = np.minimum(lo + 1, n - 1)
+            w = (c - lo).reshape([-1 if a == k else 1 for a in range(out.ndim)])
+            out = np.take(out, lo, axis=k) * (1 - w) + np.take(out, hi, axis=k) * w
+    return out
+
+
 # elementwise ---------------------------------------------------------------------------
 
 def relu(x):
@@ -193,3 +291,16 @@ def sigmoid(x):
 
 def tanh(x):
     return np.tanh(np.asarray(x, F64))
+
+
+def gelu_tanh(x):
+    x = np.asarray(x, F64)
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def erf(x):
+    return _erf(np.asarray(x, F64))
+
+
+def hard_sigmoid(x, alpha, beta):
+    return np.clip(alpha * np.asarray(x, F64) + beta, 0.0, 1.0)

@@ -1,4 +1,5 @@
-"""Data movement: pad, transpose, reshape (tag ``injective``: every output reads one input).
+"""Data movement: pad, transpose, reshape, concat, slices, gather (tag ``injective``: every output
+reads one input element).
 
 They do no arithmetic, so their workloads count 0 flops; judge them by bytes moved.
 """
@@ -67,6 +68,95 @@ def reshape(x, new_shape, name: str = "reshape"):
         return x[tuple(src)]
 
     return ir.compute(new_shape, body, name=name, tag="injective")
+
+
+def concat(xs, axis: int, name: str = "concat"):
+    """The tensors ``xs`` joined along ``axis`` (all other extents equal)."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError(f"{name}: nothing to concatenate")
+    ax = axis + xs[0].ndim if axis < 0 else axis
+    for x in xs:
+        if x.ndim != xs[0].ndim or not 0 <= ax < x.ndim or any(
+                a != b for k, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if k != ax):
+            raise ValueError(f"{name}: shapes {[t.shape for t in xs]} do not concatenate along axis {axis}")
+    if len({x.dtype for x in xs}) > 1:
+        raise ValueError(f"{name}: dtypes {[x.dtype for x in xs]} differ")
+    starts = [0]
+    for x in xs:
+        starts.append(starts[-1] + x.shape[ax])
+    shape = (*xs[0].shape[:ax], starts[-1], *xs[0].shape[ax + 1:])
+
+    def body(*i):
+        def part(k):
+            idx = (*i[:ax], i[ax] - starts[k] if starts[k] else i[ax], *i[ax + 1:])
+            return xs[k][idx] if k == len(xs) - 1 else ir.select(i[ax] < starts[k + 1], xs[k][idx], part(k + 1))
+        return part(0)
+
+    return ir.compute(shape, body, name=name, tag="injective")
+
+
+def strided_slice(x, begin, step, shape, name: str = "strided_slice"):
+    """``out[i] = x[begin + i·step]`` per axis (steps may be negative); every index read must
+    lie inside ``x``."""
+    begin, step, shape = tuple(begin), tuple(step), tuple(shape)
+    if not len(begin) == len(step) == len(shape) == x.ndim:
+        raise ValueError(f"{name}: begin {begin}, step {step} and shape {shape} need {x.ndim} entries each")
+    for b, s, n, size in zip(begin, step, shape, x.shape):
+        if s == 0 or n < 1 or not (0 <= b < size and 0 <= b + (n - 1) * s < size):
+            raise ValueError(f"{name}: begin {begin}, step {step}, shape {shape} read outside {x.shape}")
+    return ir.compute(shape, lambda *i: x[tuple(b + scaled(k, s) if b else scaled(k, s)
+                                               for k, b, s in zip(i, begin, step))], name=name, tag="injective")
+
+
+def gather(data, indices, axis: int = 0, name: str = "gather"):
+    """``data`` indexed along ``axis`` by the integer tensor ``indices`` (numpy.take; negative
+    indices count from the end; indices out of range are clamped, so no read leaves ``data``)."""
+    ax = axis + data.ndim if axis < 0 else axis
+    if not 0 <= ax < data.ndim:
+        raise ValueError(f"{name}: axis {axis} is out of range for data of shape {data.shape}")
+    if not indices.dtype.startswith("int"):
+        raise ValueError(f"{name}: indices must be integers, got {indices.dtype}")
+    n, r = data.shape[ax], indices.ndim
+    shape = (*data.shape[:ax], *indices.shape, *data.shape[ax + 1:])
+
+    def body(*i):
+        k = ir.cast(indices[i[ax:ax + r]], "int64")
+        k = k + ir.cast(k < 0, "int64") * n      # arithmetic, not a select: the load stays unmasked
+        k = ir.min(ir.max(k, 0), n - 1)
+        return data[(*i[:ax], k, *i[ax + r:])]
+
+    return ir.compute(shape, body, name=name, tag="injective")
+
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def pad_mode(x, pad_before, pad_after, mode: str = "constant", value: float = 0.0, name: str = "pad"):
+    """``x`` padded per axis: with ``value`` ("constant"), mirrored without repeating the edge
+    ("reflect"), repeating the edge ("edge") or wrapping around ("wrap"), as numpy.pad."""
+    if mode not in PAD_MODES:
+        raise ValueError(f"{name}: unknown mode {mode!r}; expected one of {', '.join(PAD_MODES)}")
+    if mode == "constant":
+        return pad(x, pad_before, pad_after, value, name)
+    before, after = tuple(pad_before), tuple(pad_after)
+    for b, a, size in zip(before, after, x.shape):
+        if min(b, a) < 0 or (mode == "reflect" and max(b, a) >= size) or (mode == "wrap" and max(b, a) > size):
+            raise ValueError(f"{name}: {mode} padding {before}/{after} does not fit the shape {x.shape}")
+    shape = tuple(s + b + a for s, b, a in zip(x.shape, before, after))
+
+    def source(i, b, a, size):
+        if not b and not a:
+            return i
+        j = i - b if b else i
+        if mode == "edge":
+            return ir.min(ir.max(j, 0), size - 1)
+        if mode == "wrap":
+            return ir.select(j < 0, j + size, ir.select(j >= size, j - size, j))
+        return ir.select(j < 0, -j, ir.select(j >= size, 2 * (size - 1) - j, j))
+
+    return ir.compute(shape, lambda *i: x[tuple(source(*t) for t in zip(i, before, after, x.shape))],
+                      name=name, tag="injective,pad")
 
 
 # workloads -----------------------------------------------------------------------------

@@ -158,12 +158,13 @@ def test_executor_uses_tuned_programs_and_packs_weights_once():
         ex = G.GraphExecutor(p, states=states)
     assert not ex.untuned
     assert all(ex.programs[t.workload_key].tuned for t in p.tasks)
-    packed = [a for kernel, args in ex._calls for a in args if kernel.layouts]
+    packed = [a for _, kernel, args in ex.calls for a in args if kernel.layouts]
     assert packed, "some conv weights are layout-rewritten"
     ok, err = ex.verify(rtol=1e-4)
     assert ok, err
     rows = ex.profile(repeat=1)
-    assert len(rows) == len(p.workloads) and all(r["seconds"] > 0 for r in rows)
+    with_kernels = {sg.workload.workload_key for sg, _, _ in ex.calls}
+    assert len(rows) == len(with_kernels) and all(r["seconds"] > 0 for r in rows)
 
 
 def test_default_schedule_parallelises_and_vectorises():
@@ -172,3 +173,52 @@ def test_default_schedule_parallelises_and_vectorises():
     text = str(state)
     assert "parallel" in text and "vectorize" in text
     assert isinstance(state, ir.State)
+
+
+def test_memory_plan_reuses_memory_without_overlapping_live_tensors():
+    """Liveness-based planning: tensors alive at the same kernel never share bytes, the arena
+    is smaller than one buffer per tensor, and reshape-only subgraphs are views (no kernel)."""
+    from autosched.graph.memory import nbytes
+    g = small_resnet()
+    p = G.partition(g)
+    ex = G.GraphExecutor(p, warn_untuned=False)
+    plan = ex.memory
+    assert plan.arena_bytes < plan.naive_bytes
+    order = {id(sg.output): k for k, sg in enumerate(p.subgraphs)}
+    span = {}
+    for k, sg in enumerate(p.subgraphs):
+        for n in [sg.output] + [i for i in sg.inputs if not i.is_const]:
+            s = plan.storage(n)
+            if id(s) in plan.offsets:
+                first, last = span.get(id(s), (order[id(s)], k))
+                span[id(s)] = (first, max(last, k))
+    nodes = {id(n): n for n in p.graph.nodes}
+    items = [(plan.offsets[i], plan.offsets[i] + nbytes(nodes[i]), *span[i]) for i in span]
+    for a in items:
+        for b in items:
+            if a is not b and a[2] <= b[3] and b[2] <= a[3]:       # alive together
+                assert a[1] <= b[0] or b[1] <= a[0], (a, b)
+    reshapes = [sg for sg in p.subgraphs if all(n.kind == "reshape" for n in sg.nodes)]
+    assert reshapes and ex.n_kernels == len(p.subgraphs) - len(reshapes)
+    ok, err = ex.verify()
+    assert ok, err
+    x = g.random_inputs(3)
+    first = ex.run(*x)[0]
+    np.testing.assert_array_equal(ex.run(*x)[0], first)        # runs are repeatable on reused memory
+
+
+def test_openmp_threads_spin_briefly_unless_the_user_chose():
+    """libgomp's default spin (milliseconds) makes every parallel region on a machine with
+    another busy process cost a whole spin; ``ir`` asks for a short one before libgomp loads,
+    and leaves a wait policy or spin count the user set alone."""
+    import os
+    import subprocess
+    import sys
+    code = "import ir, os; print(os.environ.get('GOMP_SPINCOUNT'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    run = lambda extra: subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True,  # noqa: E731
+                                       text=True, check=True).stdout.strip()
+    from ir.runtime import OPENMP_SPIN_COUNT
+    assert run({}) == str(OPENMP_SPIN_COUNT)
+    assert run({"GOMP_SPINCOUNT": "5"}) == "5"
+    assert run({"OMP_WAIT_POLICY": "active"}) == "None"
