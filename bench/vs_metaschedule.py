@@ -80,12 +80,26 @@ class MetaSchedule:
         return os.path.join(self.work_root, workload)  # one root per workload: a re-timing sees only it
 
     def tune(self, workload: str, trials: int, seed: int) -> dict:
-        """Tune and return tvm_ms.py's record (``gflops``, ``tuning_s``, ``relerr``, ...)."""
+        """Tune and return tvm_ms.py's record (``gflops``, ``tuning_s``, ``relerr``, ...).
+
+        The record is kept beside the tuning database: a later run with the same
+        ``--ms-work-root`` re-times that database instead of tuning again (tune once, e.g.
+        while the machine is busy with something else, then re-time both tuners in a quiet
+        window; the record keeps the tuning time of the run that tuned)."""
+        kept = os.path.join(self._root(workload), f"record_t{trials}_s{seed}.json")
+        if os.path.exists(kept):
+            with open(kept) as f:
+                return json.load(f)
         with tempfile.TemporaryDirectory() as tmp:
             recs = self._run("tvm_ms.py", ["--trials", str(trials), "--no-default", "--workloads", workload,
                                            "--work-root", self._root(workload), "--seed", str(seed)],
                              os.path.join(tmp, "ms.jsonl"))
-        return recs[-1] if recs else {"error": "tvm_ms.py wrote no record"}
+        if not recs:
+            return {"error": "tvm_ms.py wrote no record"}
+        if "error" not in recs[-1]:
+            with open(kept, "w") as f:
+                json.dump(recs[-1], f)
+        return recs[-1]
 
     def retime(self, workload: str) -> dict[int, float]:
         """Trials -> seconds per call of the best schedule tuned with that many trials,
@@ -154,6 +168,8 @@ def run(args) -> list[dict]:
         print(f"MetaSchedule is not installed ({args.ms_python}): its columns are null "
               f"(see {args.ms_dir}/README.md)", file=sys.stderr)
         ms = None
+        if args.ms_only:
+            raise SystemExit("--ms-only needs MetaSchedule")
     trial_counts = sorted(args.trials)
     table = common.Table(["workload", "trials", "rewrite", "ours GFLOPS", "MS GFLOPS", "vs MS", "our s", "MS s",
                           "numpy", "torch", "vs numpy", "vs torch"])
@@ -162,6 +178,10 @@ def run(args) -> list[dict]:
         name = SUITE_NAMES[ms_name]
         w = ops.suite_workload(name)
         print(f"=== {ms_name} ({name})", flush=True)
+        if args.ms_only:
+            for n in trial_counts:
+                print(f"MetaSchedule {ms_name}, {n} trials: {ms.tune(ms_name, n, args.seed)}", flush=True)
+            continue
         ours = {}  # (layout_rewrite, trials) -> (kernel, tuning seconds)
         for rewrite in (True, False):
             log, task, _ = tune_ours(name, trial_counts[-1], args, rewrite)
@@ -222,7 +242,11 @@ def main(argv=None) -> None:
     parser.add_argument("--log-dir", default=None, help="our tuning logs (resumable; default: a temporary folder)")
     parser.add_argument("--ms-python", default=os.environ.get("MS_PYTHON", "/tmp/ms/bin/python"))
     parser.add_argument("--ms-dir", default=DEFAULT_MS_DIR)
-    parser.add_argument("--ms-work-root", default=None, help="MetaSchedule's databases (default: temporary)")
+    parser.add_argument("--ms-work-root", default=None,
+                        help="MetaSchedule's databases (default: temporary); a workload already tuned there "
+                             "with the same trials and seed is re-timed, not tuned again")
+    parser.add_argument("--ms-only", action="store_true",
+                        help="only tune MetaSchedule into --ms-work-root (to re-time it with ours later)")
     args = parser.parse_args(argv)
     if args.smoke:  # CI: our side only, a few trials of the smallest workload
         args.trials, args.workloads, args.batch, args.ms_python = [4], ["NRM-1024x1024"], 4, "/nonexistent"
