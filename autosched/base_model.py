@@ -177,6 +177,8 @@ def load_base_model(spec="default") -> XGBoostModel | None:
     try:
         return _load(os.path.abspath(path))
     except Exception as err:  # xgboost's own error types vary by version
-        warnings.warn(f"autosched: the base cost model {path!r} cannot be read ({type(err).__name__}: {err}); "
-                      "tuning without it", RuntimeWarning, stacklevel=2)
+        why = f"the base cost model {path!r} cannot be read ({type(err).__name__}: {str(err)[:200]})"
+        if os.path.abspath(path) != SHIPPED_MODEL:
+            raise ValueError(f"{why}; expected a model file written by `autosched pretrain`") from None
+        warnings.warn(f"autosched: {why}; going on without it", RuntimeWarning, stacklevel=2)
         return None
