@@ -152,10 +152,13 @@ def records_db_file(text: str) -> str:
 
 def _add_base_model(parser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--base-model", type=existing_file("--base-model"), default="default", metavar="FILE",
+    # the defaults are set on the parser: argparse would check a string default as a file
+    parser.set_defaults(base_model="default")
+    group.add_argument("--base-model", type=existing_file("--base-model"), default=argparse.SUPPRESS, metavar="FILE",
                        help=f"the base cost model (default: ${BASE_MODEL_ENV}, else the one shipped; "
                             f"`{PROG} pretrain` makes one)")
     group.add_argument("--no-base-model", dest="base_model", action="store_const", const=None,
+                       default=argparse.SUPPRESS,
                        help="no base cost model: random programs until the model has learnt, naive or default "
                             "schedules for untuned tasks")
 
@@ -164,10 +167,12 @@ def _add_history(parser) -> None:
     """The base model's and the records database's options of the commands that tune."""
     _add_base_model(parser)
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--records-db", type=records_db_file, default="default", metavar="FILE",
+    parser.set_defaults(records_db="default")
+    group.add_argument("--records-db", type=records_db_file, default=argparse.SUPPRESS, metavar="FILE",
                        help=f"the local records database every tuning appends to and learns from (default: "
                             f"${RECORDS_DB_ENV}, else ~/.cache/autosched/records.jsonl)")
     group.add_argument("--no-records-db", dest="records_db", action="store_const", const=None,
+                       default=argparse.SUPPRESS,
                        help="neither read nor write the records database")
 
 
