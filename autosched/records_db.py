@@ -129,19 +129,20 @@ OTHER_WORKLOAD_RECORDS, OTHER_WORKLOAD_ROUNDS = 1024, 50
 
 
 def prior_knowledge(db: RecordsDB, tasks, base=None, seed: int = 0) -> tuple[list[TuningRecord], object]:
-    """What the database knows for tuning ``tasks``: (the records of their own workloads and
-    targets, the model their cost model starts from). The latter is ``base`` (a base model
+    """What the database knows for tuning ``tasks``: (the records of their own workloads,
+    targets and layout rewrite, the model their cost model starts from). The latter is ``base`` (a base model
     or None), refined on the newest records of other workloads of the same targets that
     can be rebuilt (``base_model.rebuild_workload``), when there are any."""
     from evolution import XGBoostModel
     from .base_model import MAX_DEPTH, training_programs
-    own_ids = {(t.workload_key, str(t.target)) for t in tasks}
+    own_ids = {(t.workload_key, str(t.target), t.layout_rewrite) for t in tasks}
+    own_keys = {t.workload_key for t in tasks}
     targets = {str(t.target) for t in tasks}
     own, others = [], []
     for rec in db.read():
-        if (rec.workload_key, rec.target) in own_ids:
+        if (rec.workload_key, rec.target, rec.layout_rewrite) in own_ids:
             own.append(rec)
-        elif rec.target in targets:
+        elif rec.target in targets and rec.workload_key not in own_keys:
             others.append(rec)
     programs = training_programs(others[-OTHER_WORKLOAD_RECORDS:])
     if not any(cost is not None for _, _, cost in programs):

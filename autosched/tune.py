@@ -54,8 +54,8 @@ WARMUP_SAMPLES = 100
 def make_cost_model(cost_model, seed: int, start=None, n_prior: int = 0):
     """The tuning's cost model: "xgb" (rank objective), "xgb-pack-sum", "random" or a
     CostModel as it is. An XGBoost model starts from ``start`` (a base model: it ranks
-    from the first batch) and, with ``n_prior`` earlier records of the task, trains on
-    them at once instead of waiting for ``WARMUP_SAMPLES`` measurements."""
+    from the first batch) and, with ``n_prior`` earlier valid measurements of the task (the
+    records database's), trains on them at once instead of waiting for ``WARMUP_SAMPLES``."""
     warmup = min(WARMUP_SAMPLES, n_prior) if n_prior else WARMUP_SAMPLES
     if cost_model == "xgb":
         # the rank objective: on this machine's data it orders programs better than Ansor's
@@ -152,10 +152,12 @@ def prior_and_model(tasks, cost_model, seed: int, base_model, records_db):
     """(the records database or None, its records of ``tasks``, the cost model): what a
     tuning starts from (see ``auto_schedule``'s ``base_model`` and ``records_db``)."""
     xgb = isinstance(cost_model, str) and cost_model.startswith("xgb")
-    base = load_base_model(base_model) if xgb else None
+    # the base model knows CPU programs' features only
+    base = load_base_model(base_model) if xgb and all(t.target_kind == "cpu" for t in tasks) else None
     db = open_records_db(records_db)
     prior, start = prior_knowledge(db, tasks, base, seed) if db is not None and xgb else ([], base)
-    return db, prior, make_cost_model(cost_model, seed, start, len(prior))
+    valid = sum(r.ok for r in prior)
+    return db, prior, make_cost_model(cost_model, seed, start, valid if valid >= 2 else 0)
 
 
 def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measure_batch: int,
