@@ -320,10 +320,10 @@ def main(argv=None) -> int:
         args.trials = 2 * args.measure_batch * len(part.tasks)
     flops = graph.flop_count()
     say(f"# {graph.summary()}\n# {flops / 1e9:.3f} GFLOP per run\n# {part.summary()}")
-    say(f"# tuning {args.trials} trials, {args.measure_batch} per round (population {args.population}, "
-        f"{args.generations} generations)", flush=True)
     if args.trials == 0:
         return zero_trial(graph, part, args, say)
+    say(f"# tuning {args.trials} trials, {args.measure_batch} per round (population {args.population}, "
+        f"{args.generations} generations)", flush=True)
     tmp = tempfile.mkdtemp(prefix="tune_network_")
     log = args.log_file or os.path.join(tmp, "gradient.jsonl")
     t0 = time.perf_counter()
