@@ -493,7 +493,8 @@ def main(argv=None) -> None:
     parser.add_argument("--ablation", action="store_true", help="run the Fig. 7 ablation")
     parser.add_argument("--ablation-workload", default=ABLATION_WORKLOAD)
     parser.add_argument("--ablation-variants", nargs="+", choices=ABLATION_VARIANTS, default=list(ABLATION_VARIANTS),
-                        metavar="VARIANT", help=f"the ablation's variants (default all: {', '.join(ABLATION_VARIANTS)})")
+                        metavar="VARIANT",
+                        help=f"the ablation's variants (default all: {', '.join(ABLATION_VARIANTS)})")
     parser.add_argument("--round-time", action="store_true", help="time one full search round")
     args = parser.parse_args(argv)
     if args.smoke:

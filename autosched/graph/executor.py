@@ -5,9 +5,9 @@ tuned program where there is one (``states`` by workload key, or the best record
 tuning log); else, for a tuning task, the base cost model's zero-trial program
 (``autosched.zero_trial``) with a loud ``UntunedWorkloadWarning``, and a default schedule
 for the rest (and for every untuned task without a base model). Everything a run needs
-is prepared when the executor is built: constant weights packed for layout-rewritten kernels, the tensors' memory planned by liveness (``memory``;
-reshapes are views), every kernel's arguments checked, and the calls laid out for the
-native driver (``driver``), so that ``run`` is one native call: no allocation, no checks
+is prepared when the executor is built: constant weights packed for layout-rewritten
+kernels, the tensors' memory planned by liveness (``memory``; reshapes are views), every
+kernel's arguments checked, and the calls laid out for the native driver (``driver``), so that ``run`` is one native call: no allocation, no checks
 and no Python between kernels.
 
 ``run_reference`` is independent numpy code per node type (float64, ``opdefs``) run over the
