@@ -7,8 +7,8 @@ tuning log); else, for a tuning task, the base cost model's zero-trial program
 for the rest (and for every untuned task without a base model). Everything a run needs
 is prepared when the executor is built: constant weights packed for layout-rewritten
 kernels, the tensors' memory planned by liveness (``memory``; reshapes are views), every
-kernel's arguments checked, and the calls laid out for the native driver (``driver``), so that ``run`` is one native call: no allocation, no checks
-and no Python between kernels.
+kernel's arguments checked, and the calls laid out for the native driver (``driver``), so
+that ``run`` is one native call: no allocation, no checks and no Python between kernels.
 
 ``run_reference`` is independent numpy code per node type (float64, ``opdefs``) run over the
 original graph (before batch-norm folding), so it checks the passes as well as the kernels.
