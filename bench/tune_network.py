@@ -274,7 +274,7 @@ def zero_trial(graph, part, args, say) -> int:
         f"({err:.1e})")
     zero_s = times["zero-trial"]
     for label, t in times.items():
-        say(f"  {label:<44} {1e3 * t:10.3f} ms  ({zero_s / t:.2f}x the zero-trial latency)")
+        say(f"  {label:<44} {1e3 * t:10.3f} ms  ({t / zero_s:.2f}x the zero-trial latency)")
     if torch_best:
         say(f"  {'PyTorch ' + machine_info()['torch']:<44} {1e3 * torch_best:10.3f} ms  "
             f"-> zero-trial {torch_best / zero_s:.2f}x PyTorch")
