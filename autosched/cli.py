@@ -15,13 +15,17 @@ import os
 import shlex
 import sys
 import time
+import warnings
 
 import numpy as np
 
 import ir
 from . import graph, networks, ops
 from .graph import onnx_baselines as B
+from .base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .graph.zoo import ALIASES, NETWORKS
+from .records import is_tuning_log, read_records
+from .records_db import ENV_VAR as RECORDS_DB_ENV
 
 PROG = "autosched"
 #: exit codes: a failure of the system (a full disk...), a user error (as argparse's), an
@@ -121,6 +125,61 @@ def _add_seed(parser) -> None:
     parser.add_argument("--seed", type=count("--seed", 0), default=0, help="random seed (default 0)")
 
 
+def existing_file(option: str):
+    def parse(text: str) -> str:
+        if not os.path.isfile(text):
+            raise argparse.ArgumentTypeError(f"{option}: no file at {text!r}")
+        return text
+    return parse
+
+
+def tuning_log(text: str) -> str:
+    """An existing tuning log (read only)."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no tuning log at {text!r}")
+    if not is_tuning_log(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a tuning log (its first line is neither a record nor "
+                                         "a '#' comment)")
+    return text
+
+
+def records_db_file(text: str) -> str:
+    """The records database's path: a file (made with its folder at the first write)."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"--records-db {text!r} is a directory; give a file path")
+    return text
+
+
+def _add_base_model(parser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    # the defaults are set on the parser: argparse would check a string default as a file
+    parser.set_defaults(base_model="default")
+    group.add_argument("--base-model", type=existing_file("--base-model"), default=argparse.SUPPRESS, metavar="FILE",
+                       help=f"the base cost model (default: ${BASE_MODEL_ENV}, else the one shipped; "
+                            f"`{PROG} pretrain` makes one)")
+    group.add_argument("--no-base-model", dest="base_model", action="store_const", const=None,
+                       default=argparse.SUPPRESS,
+                       help="no base cost model: random programs until the model has learnt, naive or default "
+                            "schedules for untuned tasks")
+
+
+def _add_history(parser) -> None:
+    """The base model's and the records database's options of the commands that tune."""
+    _add_base_model(parser)
+    group = parser.add_mutually_exclusive_group()
+    parser.set_defaults(records_db="default")
+    group.add_argument("--records-db", type=records_db_file, default=argparse.SUPPRESS, metavar="FILE",
+                       help=f"the local records database every tuning appends to and learns from (default: "
+                            f"${RECORDS_DB_ENV}, else ~/.cache/autosched/records.jsonl)")
+    group.add_argument("--no-records-db", dest="records_db", action="store_const", const=None,
+                       default=argparse.SUPPRESS,
+                       help="neither read nor write the records database")
+
+
+def _history(args) -> dict:
+    return {"base_model": args.base_model, "records_db": args.records_db}
+
+
 # list, build, sketches ---------------------------------------------------------------------
 
 def add_list(sub) -> None:
@@ -211,6 +270,7 @@ def add_tune(sub) -> None:
     tune.add_argument("--early-stopping", type=count("--early-stopping", 1), default=None,
                       help="stop after N trials without improvement")
     _add_seed(tune)
+    _add_history(tune)
     tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
                       help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
     tune.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
@@ -255,7 +315,7 @@ def cmd_tune(args) -> int:
     target = "cuda" if args.target == "cuda" else None
     result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
                            measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           early_stopping=args.early_stopping)
+                           early_stopping=args.early_stopping, **_history(args))
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
@@ -302,8 +362,8 @@ def cmd_tune_network(args) -> int:
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
                                     seed=args.seed, strategy=args.strategy, objective=args.objective,
                                     early_stopping=args.early_stopping,
-                                    early_stopping_per_task=args.early_stopping_per_task)
-    executor = result.executor(0)
+                                    early_stopping_per_task=args.early_stopping_per_task, **_history(args))
+    executor = result.executor(0, base_model=args.base_model)
     ok, err = executor.verify()
     latency = executor.benchmark(repeat=5)["median"]
     est = result.estimated_latencies()[part.name]
@@ -365,8 +425,8 @@ def cmd_tune_model(args) -> int:
     part = graph.partition(model)
     print(f"# {model.summary()}\n# {part.summary()}", flush=True)
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
-                                    seed=args.seed, early_stopping=args.early_stopping)
-    executor = result.executor(0, warn_untuned=False)
+                                    seed=args.seed, early_stopping=args.early_stopping, **_history(args))
+    executor = result.executor(0, warn_untuned=False, base_model=args.base_model)
     estimate = result.estimated_latencies()[part.name]
     estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"
     print(f"# tuned {result.trials} trials; {len(executor.untuned)} of {len(part.tasks)} tasks untuned; "
@@ -387,6 +447,7 @@ def add_run(sub) -> None:
                      help="an input shape the model leaves open, e.g. input_ids=1x128")
     run.add_argument("--verify", action="store_true", help="check against onnxruntime and time both and PyTorch")
     _add_seed(run)
+    _add_base_model(run)
     run.set_defaults(fn=cmd_run)
 
 
@@ -396,7 +457,7 @@ def cmd_run(args) -> int:
         raise UsageError(f"no tuning log at {args.log_file!r}; make one with "
                          f"`{PROG} tune {args.model} --log-file {args.log_file}`")
     model = _import_model(args.model, args.input_shape)
-    executor = graph.GraphExecutor(graph.partition(model), log_file=args.log_file)
+    executor = graph.GraphExecutor(graph.partition(model), log_file=args.log_file, base_model=args.base_model)
     if args.input:
         if len(args.input) != len(model.inputs):
             raise UsageError(f"the model takes {len(model.inputs)} inputs "
@@ -422,6 +483,50 @@ def cmd_run(args) -> int:
           "tasks untuned)")
     if args.verify:
         return 0 if _compare_with_baselines(args.model, args.input_shape, executor, inputs, outputs) else 1
+    return 0
+
+
+# pretrain ---------------------------------------------------------------------------------------
+
+def model_output(text: str) -> str:
+    folder = os.path.dirname(text) or "."
+    if not text.endswith((".json", ".ubj")):
+        raise argparse.ArgumentTypeError(f"-o {text!r}: the model file must end in .json or .ubj (XGBoost's formats)")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"-o {text!r}: the folder {folder!r} does not exist")
+    return text
+
+
+def add_pretrain(sub) -> None:
+    pre = sub.add_parser("pretrain", help="train a base cost model from tuning logs (what --base-model takes)")
+    pre.add_argument("logs", nargs="+", type=tuning_log, metavar="LOG",
+                     help="tuning logs (or the records database); records whose workload cannot be rebuilt "
+                          "from its key are skipped")
+    pre.add_argument("-o", "--output", required=True, type=model_output, help="the model file to write (.json)")
+    pre.add_argument("--rounds", type=count("--rounds", 1), default=BASE_MODEL_ROUNDS,
+                     help=f"at most this many trees (default {BASE_MODEL_ROUNDS})")
+    _add_seed(pre)
+    pre.set_defaults(fn=cmd_pretrain)
+
+
+def cmd_pretrain(args) -> int:
+    """``autosched pretrain LOG... -o model.json``: train a base cost model on the records."""
+    with warnings.catch_warnings(record=True) as caught:   # one line for all, not one per line
+        warnings.simplefilter("always")
+        records = [r for path in args.logs for r in read_records(path)]
+    if caught:
+        print(f"# skipped {len(caught)} line(s) that are not records, e.g. {str(caught[0].message)[:160]}",
+              file=sys.stderr)
+    t0 = time.perf_counter()
+    try:
+        model, info = pretrain(records, seed=args.seed, rounds=args.rounds)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    model.save(args.output)
+    skipped = "".join(f"; skipped {n} ({why})" for why, n in info["skipped"].items())
+    print(f"# {args.output}: {model.rounds} trees trained on {info['programs']} programs of {info['workloads']} "
+          f"workload(s) from {len(args.logs)} log(s){skipped}; {time.perf_counter() - t0:.0f} s\n"
+          f"# use it: {PROG} tune ... --base-model {args.output}  (or {BASE_MODEL_ENV}={args.output})")
     return 0
 
 
@@ -481,7 +586,7 @@ def report_interrupt(args, argv: list[str], records_before: int) -> None:
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="A template-free auto-scheduler for tensor programs.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (add_list, add_build, add_tune, add_run, add_sketches):
+    for add in (add_list, add_build, add_tune, add_run, add_sketches, add_pretrain):
         add(sub)
     return parser
 

@@ -21,7 +21,7 @@ from task_scheduler import PrintTableInfo, TaskScheduler
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .measure import LocalBuilder, LocalRunner
 from .records import RecordToFile
-from .tune import make_cost_model, search_workers, tune_tasks
+from .tune import prior_and_model, search_workers, tune_tasks
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -103,7 +103,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                   cost_model="xgb", search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, batch: int = 1,
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, callbacks=None,
-                  hardware: ir.HardwareParams | None = None, verbose: int = 1) -> NetworkTuneResult:
+                  hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
+                  records_db="default") -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
     ``PartitionedGraph``, or a list of them) with ``trials`` measurements in all (default
     1000 × the number of tasks, as the paper), ``measure_batch`` per round.
@@ -115,8 +116,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     ``strategy``: "gradient" (Ansor's scheduler) or "round-robin". ``log_file``: one log
     for all tasks, appended to and resumed from. ``early_stopping``: stop once the
     objective has not improved for that many trials; ``early_stopping_per_task``: retire a
-    task after that many trials without improvement. Deterministic for a ``seed`` given the
-    same measurements."""
+    task after that many trials without improvement. ``base_model`` and ``records_db``: as
+    ``auto_schedule``'s. Deterministic for a ``seed`` given the same measurements."""
     log = RecordToFile(log_file) if log_file else None
     nets = networks if isinstance(networks, (list, tuple)) else [networks]
     parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks) for n in nets]
@@ -138,7 +139,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     tasks = [w.search_task(layout_rewrite, hardware) for w in workloads]
     if trials is None:
         trials = 1000 * len(tasks)
-    model = make_cost_model(cost_model, seed)
+    db, prior, model = prior_and_model(tasks, cost_model, seed, base_model, records_db)
     search_params = search_params or SearchParams()
     search_pool = search_workers(search_params, max(t.hardware.num_cores for t in tasks)) if tasks else None
     policies = [_make_policy(t, model, search_params, seed + i, search_pool) for i, t in enumerate(tasks)]
@@ -153,7 +154,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                               reference_latencies=reference_latencies, patience=patience)
     try:
         measurer = tune_tasks(scheduler, policies, model, trials=trials, measure_batch=measure_batch,
-                              early_stopping=early_stopping, log=log, builder=builder, runner=runner)
+                              early_stopping=early_stopping, log=log, builder=builder, runner=runner,
+                              db=db, prior=prior)
     finally:
         if search_pool is not None:
             search_pool.shutdown()

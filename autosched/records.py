@@ -33,6 +33,7 @@ import ir
 from ir.build import build_with
 
 from .measure.common import HasCosts, MeasureInput, MeasureResult
+from .zero_trial import ZeroTrial
 
 #: the version of the record format written here (readers skip newer lines with a warning)
 RECORD_VERSION = 1
@@ -149,10 +150,11 @@ def _lists(v):
 
 # reading -------------------------------------------------------------------------------
 
-def read_records(path) -> list[TuningRecord]:
+def read_records(path, workload_keys=None) -> list[TuningRecord]:
     """Every record of a file, in file order. Comments and blank lines are skipped; so is,
     with one warning each, every line that is not a record this version reads: a truncated
-    last line (a run killed while writing), a newer format's line, anything else."""
+    last line (a run killed while writing), a newer format's line, anything else.
+    ``workload_keys``: only the records of these workloads (other lines are not parsed)."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         data = f.read()
@@ -164,10 +166,13 @@ def read_records(path) -> list[TuningRecord]:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
+        last_incomplete = number == len(lines) and not complete
+        if workload_keys is not None and not last_incomplete and not any(k in stripped for k in workload_keys):
+            continue
         try:
             records.append(TuningRecord.from_json(stripped))
         except ValueError as err:  # json's errors are ValueErrors too
-            if number == len(lines) and not complete:
+            if last_incomplete:
                 why = f"the last line is truncated (a run killed while writing?), {len(line)} characters"
             else:
                 why = f"line {number} is not a record ({str(err)[:160]})"
@@ -392,10 +397,12 @@ def _terminate_last_line(path: str) -> None:
 class HistoryBest:
     """The best records of each workload, answering ``ir.build`` (see ``apply_history_best``):
     ``best`` maps a workload key to its fastest record; ``program(dag)`` gives the fastest
-    one that replays."""
+    one that replays. A workload without one gets ``zero_trial``'s program (a
+    ``zero_trial.ZeroTrial``), or with None the naive program; both with a warning."""
 
-    def __init__(self, source, target: str | None):
+    def __init__(self, source, target: str | None, zero_trial: ZeroTrial | None = None):
         self.target = target
+        self.zero_trial = zero_trial
         records = _iter_records(source)
         self._ranked = _ranked(records, target)
         self.best = {k: v[0] for k, v in self._ranked.items()}
@@ -420,36 +427,43 @@ class HistoryBest:
         if key in self._ranked:
             got = self.program(dag)
             if got is None:
-                self._fallback(dag, key, "none of its records replays on this DAG")
-                return None
+                return self._fallback(dag, key, "none of its records replays on this DAG")
             self.applied.append(key)
             return got
         why = "no tuning record"
         if key in self._other_targets:
             why += f" for target {self.target!r} (there are records for {self._other_targets[key]!r})"
-        self._fallback(dag, key, why)
-        return None
+        return self._fallback(dag, key, why)
 
-    def _fallback(self, dag, key: str, why: str) -> None:
+    def _fallback(self, dag, key: str, why: str):
+        """The zero-trial program, or None (the naive one), with the warning that says so."""
         self.fallbacks.append(key)
         outputs = ", ".join(f"{t.name}{list(t.shape)}" for t in dag.outputs)
-        warnings.warn(f"autosched: {why} for workload {key} (outputs {outputs}); building the naive, UNTUNED "
-                      "program, which may be orders of magnitude slower", UntunedWorkloadWarning, stacklevel=5)
+        got, what = None, "the naive, UNTUNED program, which may be orders of magnitude slower"
+        if self.zero_trial is not None:
+            got = (self.zero_trial.program(dag), True)
+            what = ("the UNTUNED zero-trial program the base cost model ranks best (never measured; tune it for "
+                    "speed)")
+        warnings.warn(f"autosched: {why} for workload {key} (outputs {outputs}); building {what}",
+                      UntunedWorkloadWarning, stacklevel=5)
+        return got
 
 
 @contextlib.contextmanager
-def apply_history_best(source, target: str | None = None):
+def apply_history_best(source, target: str | None = None, base_model="default"):
     """Within the block, ``ir.build(dag)`` (no state given) builds the best recorded program
     of ``dag``'s workload from ``source`` (a log path, a list of paths, or loaded records),
     with the layout rewrite it was measured with: a rewritten constant is then passed in its
-    packed form, ``kernel.pack(name, array)``. A workload without a record builds the naive
-    program with an ``UntunedWorkloadWarning`` naming it.
+    packed form, ``kernel.pack(name, array)``. A workload without a record builds, with an
+    ``UntunedWorkloadWarning`` naming it, the zero-trial program of ``base_model``
+    (``autosched.zero_trial``: "default" is the shipped model; layout-rewritten) or, with
+    ``base_model=None``, the naive program.
 
     ``target``: only records of this target count (default: this host's, ``ir.host_target()``;
     ``"any"``: all). Yields the ``HistoryBest`` (``.best``, ``.applied``, ``.fallbacks``)."""
     if target is None:
         target = ir.host_target()
-    history = HistoryBest(source, None if target == "any" else target)
+    history = HistoryBest(source, None if target == "any" else target, ZeroTrial.from_spec(base_model))
     with build_with(history):
         yield history
 

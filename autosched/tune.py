@@ -13,7 +13,9 @@ from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel
 from task_scheduler import TaskScheduler
 
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
+from .base_model import load_base_model
 from .records import RecordToFile, resume
+from .records_db import RecordsDB, open_records_db, prior_knowledge
 from .space import as_task
 from .workers import WorkerPool
 
@@ -45,13 +47,22 @@ class TuneResult:
                 f"{1e3 * self.latency:.4f} ms, {self.trials} trials)")
 
 
-def make_cost_model(cost_model, seed: int):
+#: programs the XGBoost model must have seen before it ranks, when it starts from nothing
+WARMUP_SAMPLES = 100
+
+
+def make_cost_model(cost_model, seed: int, start=None, n_prior: int = 0):
+    """The tuning's cost model: "xgb" (rank objective), "xgb-pack-sum", "random" or a
+    CostModel as it is. An XGBoost model starts from ``start`` (a base model: it ranks
+    from the first batch) and, with ``n_prior`` earlier valid measurements of the task (the
+    records database's), trains on them at once instead of waiting for ``WARMUP_SAMPLES``."""
+    warmup = min(WARMUP_SAMPLES, n_prior) if n_prior else WARMUP_SAMPLES
     if cost_model == "xgb":
         # the rank objective: on this machine's data it orders programs better than Ansor's
         # throughput-weighted pack-sum (held-out pairwise accuracy 0.81 vs 0.63, bench/cost_model.py)
-        return XGBoostModel(objective="rank", seed=seed)
+        return XGBoostModel(objective="rank", seed=seed, base_model=start, num_warmup_sample=warmup)
     if cost_model == "xgb-pack-sum":
-        return XGBoostModel(objective="pack-sum", seed=seed)
+        return XGBoostModel(objective="pack-sum", seed=seed, base_model=start, num_warmup_sample=warmup)
     if cost_model == "random":
         return RandomModel(seed=seed)
     if isinstance(cost_model, str):
@@ -87,7 +98,8 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
                   seed: int = 0, early_stopping: int | None = None, cost_model="xgb",
                   search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, custom_rules=None,
-                  verbose: int = 1, target: str | None = None) -> TuneResult:
+                  verbose: int = 1, target: str | None = None, base_model="default",
+                  records_db="default") -> TuneResult:
     """Search for a fast program of ``dag_or_task`` with at most ``trials`` measurements,
     ``measure_batch`` per round. With ``log_file``, every measurement is appended to it and
     a run resumes from it (programs measured before are not measured again; the cost
@@ -96,6 +108,11 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     without improvement. ``cost_model``: "xgb", "random" or a CostModel. Deterministic
     for a ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU
     of this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU.
+
+    ``base_model`` (the XGBoost cost models' starting point; "default": the shipped one or
+    ``$AUTOSCHED_BASE_MODEL``, a path, or None) and ``records_db`` (the local records
+    database, ``autosched.records_db``; "default", a path, or None): with either, the first
+    batch is already chosen by the cost model, no random warm-up.
 
     Tuning one computation is tuning a network of one task: ``tune_tasks`` with a
     round-robin ``TaskScheduler``."""
@@ -106,7 +123,7 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     if task.target_kind == "gpu" and runner is None and trials > 0:
         from ir.cuda_runtime import require_device_present
         require_device_present()
-    model = make_cost_model(cost_model, seed)
+    db, prior, model = prior_and_model([task], cost_model, seed, base_model, records_db)
     search_params = search_params or SearchParams()
     search_pool = search_workers(search_params, task.hardware.num_cores)
     try:
@@ -115,7 +132,8 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
         scheduler = TaskScheduler([task], "latency", flops=[flops], strategy="round-robin", seed=seed,
                                   callbacks=[_Progress(flops, trials)] if verbose else [])
         measurer = tune_tasks(scheduler, [policy], model, trials=trials, measure_batch=measure_batch,
-                              early_stopping=early_stopping, log=log, builder=builder, runner=runner)
+                              early_stopping=early_stopping, log=log, builder=builder, runner=runner,
+                              db=db, prior=prior)
     finally:
         if search_pool is not None:
             search_pool.shutdown()
@@ -130,19 +148,36 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
                       dict(policy.evolution.rejected.counts))
 
 
+def prior_and_model(tasks, cost_model, seed: int, base_model, records_db):
+    """(the records database or None, its records of ``tasks``, the cost model): what a
+    tuning starts from (see ``auto_schedule``'s ``base_model`` and ``records_db``)."""
+    xgb = isinstance(cost_model, str) and cost_model.startswith("xgb")
+    # the base model knows CPU programs' features only
+    base = load_base_model(base_model) if xgb and all(t.target_kind == "cpu" for t in tasks) else None
+    db = open_records_db(records_db)
+    prior, start = prior_knowledge(db, tasks, base, seed) if db is not None and xgb else ([], base)
+    valid = sum(r.ok for r in prior)
+    return db, prior, make_cost_model(cost_model, seed, start, valid if valid >= 2 else 0)
+
+
 def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measure_batch: int,
-               early_stopping: int | None, log: RecordToFile | None, builder=None, runner=None) -> ProgramMeasurer:
+               early_stopping: int | None, log: RecordToFile | None, builder=None, runner=None,
+               db: RecordsDB | None = None, prior=()) -> ProgramMeasurer:
     """The tuning loop of ``auto_schedule`` and ``tune_networks``: one measurer for all of
-    ``scheduler``'s tasks (appending to ``log``), resumed from the log's records (see
-    ``records.resume``: the measurer, the policies and the shared ``model`` take them in;
-    the scheduler starts from the rounds and latencies they reached), then the scheduler
-    spends ``trials`` measurements in rounds of ``measure_batch`` (``TaskScheduler.tune``).
-    Returns the measurer (closed), which knows the best program of each task."""
-    measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(),
-                               callbacks=[log] if log is not None else [])
+    ``scheduler``'s tasks (appending to ``log`` and the records ``db``), resumed from the
+    log's records and the ``prior`` ones of the database (see ``records.resume``: the
+    measurer, the policies and the shared ``model`` take them in; the scheduler starts from
+    the rounds and latencies they reached), then the scheduler spends ``trials``
+    measurements in rounds of ``measure_batch`` (``TaskScheduler.tune``). Returns the
+    measurer (closed), which knows the best program of each task."""
+    callbacks = [cb for cb in (log, db.writer() if db is not None else None) if cb is not None]
+    measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), callbacks=callbacks)
     try:
-        if log is not None:
-            counts = resume(log.read(), scheduler.tasks, policies, model, measurer)
+        earlier = log.read() if log is not None else []
+        seen = {(r.workload_key, r.target, r.program) for r in earlier}
+        earlier += [r for r in prior if (r.workload_key, r.target, r.program) not in seen]
+        if earlier:
+            counts = resume(earlier, scheduler.tasks, policies, model, measurer)
             for i, (task, n) in enumerate(zip(scheduler.tasks, counts)):
                 scheduler.restore(i, measurer.best_cost(task), n, measure_batch)
         scheduler.tune(policies, measurer, trials, measure_batch, early_stopping)

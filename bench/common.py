@@ -21,6 +21,10 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
+# a benchmark measures what it tunes in this run: it neither learns from nor adds to the
+# user's records database unless asked (AUTOSCHED_RECORDS_DB=path); the base model stays on
+os.environ.setdefault("AUTOSCHED_RECORDS_DB", "off")
+
 
 def bench_args() -> argparse.ArgumentParser:
     """The parent parser of every benchmark: ``--smoke`` (CI-sized) and ``--json-only``."""

@@ -2,12 +2,15 @@
 
     python bench/training_records.py --trials 128 --log-dir bench/.cache/training
     python bench/training_records.py --list          # the workloads, one a line
+    mkdir -p /tmp/training && tar xzf bench/data/training_records.tar.gz -C /tmp
+    python -m autosched pretrain /tmp/training/*.json -o autosched/data/base_model.json
 
 The base model that ships inside the package must rank programs of workloads it has never
 seen, so it is trained on records of *other* shapes than those the benchmarks evaluate:
 no shape of the operator suite (``autosched list``: every workload of bench/tune_ops.py
 and bench/vs_metaschedule.py) and no task of the zoo's ResNet-50 (the zero-trial network
-benchmark). ``TRAINING_WORKLOADS`` below is that list; ``check_disjoint`` enforces it.
+benchmark). ``autosched.base_model.training_workloads`` is that list; ``check_disjoint``
+enforces it. The logs of the shipped model are ``bench/data/training_records.tar.gz``.
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
 """
@@ -23,40 +26,11 @@ import common  # noqa: E402
 
 import ir  # noqa: E402
 import autosched  # noqa: E402
-from autosched import ops  # noqa: E402
+from autosched import base_model, ops  # noqa: E402
 
-#: suite-style names (any shape of a family parses) and operator workloads, chosen to cover
-#: every family of the suite at shapes it does not hold
-SUITE_STYLE = [
-    "GMM-1x256x256x256", "GMM-1x768x384x512", "GMM-1x64x1024x256", "GMM-4x128x128x64",
-    "C1D-1x128x64x64-k3s1p1", "C1D-1x256x32x128-k5s2p2",
-    "C2D-1x28x28x96x96-k3s1p1", "C2D-1x56x56x48x96-k3s2p1", "C2D-1x14x14x192x384-k1s1p0",
-    "C2D-1x7x7x384x384-k3s1p1", "C2D-1x112x112x3x32-k3s2p1", "C2D-1x28x28x160x64-k1s1p0",
-    "C3D-1x8x28x28x32x32-k3s1p1",
-    "GRP-1x28x28x128x128-k3s1p1g8", "GRP-1x56x56x32x64-k3s2p1g2",
-    "DIL-1x28x28x64x64-k3s1p1d2",
-    "DEP-1x56x56x96-k3s1p1", "DEP-1x28x28x192-k3s2p1", "DEP-1x14x14x384-k3s1p1", "DEP-1x112x112x16-k3s1p1",
-    "T2D-1x8x8x128x64-k4s2p1", "T2D-1x16x16x64x32-k4s2p1", "T2D-1x4x4x256x128-k4s2p1",
-    "CAP-1x8x8x16x32-k3s1p1",
-    "NRM-1x128x512", "NRM-1x2048x256",
-    "CBR-1x28x28x64x96-k3s1p1", "CBR-1x14x14x128x256-k3s2p1",
-    "TBS-1x64x8x64", "TBS-1x128x4x32",
-]
-OPERATOR_STYLE = {
-    "dense-64x768x3072-bias": ("dense", (64, 768, 3072), {"bias": True}),
-    "dense-1x1024x1000": ("dense", (1, 1024, 1000), {}),
-    "softmax-64x500": ("softmax", ((64, 500),), {}),
-    "softmax-8x128x128": ("softmax", ((8, 128, 128),), {}),
-    "layer_norm-128x768": ("layer_norm", ((128, 768),), {}),
-    "layer_norm-256x512": ("layer_norm", ((256, 512),), {}),
-}
-
-
-def training_workloads() -> dict[str, ops.Workload]:
-    out = {name: ops.suite_workload(name) for name in SUITE_STYLE}
-    for label, (op, args, kwargs) in OPERATOR_STYLE.items():
-        out[label] = ops.workload(op, *args, **kwargs)
-    return out
+#: the workloads (every family of the suite at shapes it does not hold) live in the package,
+#: beside the model trained on them: ``autosched.base_model.training_workloads``
+training_workloads = base_model.training_workloads
 
 
 def evaluated_keys() -> dict[str, str]:
@@ -102,9 +76,10 @@ def main(argv=None) -> None:
     rows = []
     for name in names:
         t0 = time.perf_counter()
-        result = autosched.auto_schedule(ir.ComputeDAG(workloads[name].tensors), trials=args.trials,
-                                         measure_batch=args.batch, seed=args.seed,
-                                         log_file=os.path.join(args.log_dir, f"{name}.json"), verbose=1)
+        task = ir.SearchTask(ir.ComputeDAG(workloads[name].tensors), desc=name)
+        result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
+                                         log_file=os.path.join(args.log_dir, f"{name}.json"), verbose=1,
+                                         base_model=None, records_db=None)
         seconds = time.perf_counter() - t0
         table.add(name, result.trials, result.gflops, seconds)
         rows.append(common.json_row(name, result.gflops, trials=result.trials, tuning_s=seconds))

@@ -3,13 +3,17 @@
     python bench/tune_network.py --network resnet50 --trials 400
     python bench/tune_network.py --network mobilenet_v2 --trials 300 --compare-round-robin
     python bench/tune_network.py --smoke
+    python bench/tune_network.py --network resnet50 --trials 0 [--log-file tuned.jsonl]
 
 The network (``autosched.graph`` zoo, random weights from ``--seed``) is partitioned into
 tasks and tuned with ``autosched.tune_networks``; the tuned network then runs from its
 kernels (``GraphExecutor``), is checked against the numpy reference of the whole network,
 and is timed end to end beside the same network untuned (default schedules) and PyTorch
 (same architecture and weights, ``torch.set_num_threads`` = cores, eager and TorchScript
-frozen; the faster counts), all in this run. ``--compare-round-robin`` tunes a second time
+frozen; the faster counts), all in this run. ``--trials 0`` tunes nothing: every task runs
+its zero-trial program (the program the shipped base cost model ranks best after a short
+search, ``autosched.zero_trial``), timed beside the default schedules, the tuned network
+of ``--log-file`` when one is given, and PyTorch. ``--compare-round-robin`` tunes a second time
 from scratch with equal rounds per task (the paper's Fig. 10 ablation) and prints both
 curves of estimated latency against trials. The search can be made cheaper per round
 (``--population``, ``--generations``) to spend the budget on measurements.
@@ -236,6 +240,58 @@ def curve_points(result, every: int) -> list[tuple[int, float]]:
     return pts
 
 
+def torch_seconds(graph, inputs, repeat: int) -> float | None:
+    """The faster of PyTorch eager and TorchScript on ``graph`` (None without PyTorch)."""
+    if not torch_available():
+        return None
+    t = time_torch_network(graph, inputs, repeat)
+    return min(x for x in (t["eager"], t["script"]) if x is not None)
+
+
+def zero_trial(graph, part, args, say) -> int:
+    """``--trials 0``: the network with every task's zero-trial program, beside its default
+    schedules, the tuned network of ``--log-file`` (if given) and PyTorch."""
+    inputs = graph.random_inputs(args.seed)
+    flops = graph.flop_count()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", autosched.UntunedWorkloadWarning)
+        zero = G.GraphExecutor(part, warn_untuned=False)
+    search_s = time.perf_counter() - t0
+    if not any(p.zero_trial for p in zero.programs.values()):
+        raise SystemExit("no base cost model (AUTOSCHED_BASE_MODEL=off?): nothing to compare")
+    ok, err = zero.verify(*inputs)
+    times = {"zero-trial": zero.benchmark(*inputs, repeat=args.repeat)["median"],
+             "default schedules": G.GraphExecutor(part, warn_untuned=False, base_model=None).benchmark(
+                 *inputs, repeat=max(3, args.repeat // 3))["median"]}
+    if args.log_file:
+        tuned = G.GraphExecutor(part, log_file=args.log_file, warn_untuned=False)
+        times[f"tuned ({len(part.tasks) - len(tuned.untuned)} of {len(part.tasks)} tasks in the log)"] = \
+            tuned.benchmark(*inputs, repeat=args.repeat)["median"]
+    torch_best = torch_seconds(graph, inputs, args.repeat)
+    say(f"\n# {part.name} batch {args.batch_size}, no measurement: zero-trial programs found in {search_s:.0f} s "
+        f"({search_s / max(len(part.tasks), 1):.1f} s a task); verified against numpy: {'OK' if ok else 'WRONG'} "
+        f"({err:.1e})")
+    zero_s = times["zero-trial"]
+    for label, t in times.items():
+        say(f"  {label:<44} {1e3 * t:10.3f} ms  ({t / zero_s:.2f}x the zero-trial latency)")
+    if torch_best:
+        say(f"  {'PyTorch ' + machine_info()['torch']:<44} {1e3 * torch_best:10.3f} ms  "
+            f"-> zero-trial {torch_best / zero_s:.2f}x PyTorch")
+    else:
+        say("# PyTorch not installed (pip install torch==2.13.0): no comparison")
+    tuned_ms = [1e3 * t for k, t in times.items() if k.startswith("tuned")]
+    emit_json("tune_network", [{
+        "workload": f"{part.name}-b{args.batch_size}-zero-trial", "ours_gflops": flops / zero_s / 1e9,
+        "numpy_gflops": None, "torch_gflops": flops / torch_best / 1e9 if torch_best else None, "vs_numpy": None,
+        "vs_torch": torch_best / zero_s if torch_best else None, "latency_ms": 1e3 * zero_s,
+        "default_ms": 1e3 * times["default schedules"], "tuned_ms": tuned_ms[0] if tuned_ms else None,
+        "vs_tuned": tuned_ms[0] / (1e3 * zero_s) if tuned_ms else None,
+        "torch_ms": 1e3 * torch_best if torch_best else None, "trials": 0, "tasks": len(part.tasks),
+        "zero_trial_search_s": search_s, "verified": ok}])
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], parents=[bench_args()])
     parser.add_argument("--network", default="resnet50", help=f"one of {', '.join(G.network_names())}")
@@ -264,6 +320,8 @@ def main(argv=None) -> int:
         args.trials = 2 * args.measure_batch * len(part.tasks)
     flops = graph.flop_count()
     say(f"# {graph.summary()}\n# {flops / 1e9:.3f} GFLOP per run\n# {part.summary()}")
+    if args.trials == 0:
+        return zero_trial(graph, part, args, say)
     say(f"# tuning {args.trials} trials, {args.measure_batch} per round (population {args.population}, "
         f"{args.generations} generations)", flush=True)
     tmp = tempfile.mkdtemp(prefix="tune_network_")
@@ -282,9 +340,8 @@ def main(argv=None) -> int:
     executor = result.executor(0, warn_untuned=False)
     ok, err = executor.verify(*inputs)
     ours = executor.benchmark(*inputs, repeat=args.repeat)["median"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        untuned = G.GraphExecutor(part, warn_untuned=False).benchmark(*inputs, repeat=max(3, args.repeat // 3))
+    untuned = G.GraphExecutor(part, warn_untuned=False, base_model=None).benchmark(*inputs,
+                                                                                  repeat=max(3, args.repeat // 3))
     rr_ms = None
     if rr is not None:
         rr_ms = 1e3 * rr.executor(0, warn_untuned=False).benchmark(*inputs, repeat=args.repeat)["median"]

@@ -6,7 +6,9 @@ vendor library measured beside it: ``ANCHORS``).
 
     python bench/tune_ops.py --trials N [--workloads GMM C2D-1x7x7x512x512-k3s1p1 ...]
     python bench/tune_ops.py --target cuda --trials N --workloads ...   # on the GPU, beside PyTorch CUDA
-    python bench/tune_ops.py --ablation --trials N      # paper Fig. 7 on the last ResNet-50 conv
+    python bench/tune_ops.py --ablation --trials N      # paper Fig. 7 on the last ResNet-50 conv,
+                                                        # with the base model, the records database
+                                                        # and from scratch
     python bench/tune_ops.py --round-time               # one search round vs measuring its batch
 """
 from __future__ import annotations
@@ -324,28 +326,57 @@ def _params(args) -> SearchParams:
                         random_walk_q=args.random_walk_q, contextual_eps=args.contextual_eps)
 
 
+#: the variants of ``--ablation``: what a tuning starts from (the shipped base model, a
+#: records database of other workloads' records, nothing), then the paper's Fig. 7 ones
+ABLATION_VARIANTS = ("base model", "records database", "from scratch", "random sampling", "limited space")
+
+
+def training_records_db(folder: str) -> str:
+    """A records database holding the base model's training logs (other workloads than any
+    benchmark's): what a user's database holds after tuning those workloads."""
+    import tarfile
+    path = os.path.join(folder, "records.jsonl")
+    with tarfile.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                                   "training_records.tar.gz")) as tar, open(path, "wb") as out:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            if member.isfile():
+                out.write(tar.extractfile(member).read())
+    return path
+
+
 def ablation(args) -> list[dict]:
-    """Paper Fig. 7: best GFLOPS vs trials of the full search, of random sampling without
-    fine-tuning, and of a limited space (no cache-write/fusion sketches)."""
+    """Best GFLOPS vs trials on a workload in neither the base model's training data nor
+    the database: starting from the shipped base model, from a records database of the
+    training workloads' records (no base model), from scratch (neither: random programs
+    until the model has 100 measurements); then the paper's Fig. 7: random sampling
+    without fine-tuning, and a limited space (no cache-write/fusion sketches)."""
     w = ops.suite_workload(args.ablation_workload)
     task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=args.ablation_workload)
     limited = [r for r in sketch_rules.rules_for("cpu") if r.name not in ("add_cache_write",
                                                                           "multi_level_tiling_with_fusion")]
+    scratch = tempfile.mkdtemp(prefix="ablation_")
+    none = dict(base_model=None, records_db=None)
     variants = {
-        "full search": dict(search_params=_params(args)),
-        "no fine-tuning (random sampling)": dict(cost_model=RandomModel(seed=args.seed),
-                                                 search_params=SearchParams(generations=0, eps_greedy=1.0,
-                                                                            population=args.population)),
-        "limited space": dict(search_params=_params(args), custom_rules=[_OnlyRules(limited)]),
+        "base model": dict(search_params=_params(args), records_db=None),
+        "records database": dict(search_params=_params(args), base_model=None,
+                                 records_db=training_records_db(scratch)),
+        "from scratch": dict(search_params=_params(args), **none),
+        "random sampling": dict(cost_model=RandomModel(seed=args.seed), **none,
+                                search_params=SearchParams(generations=0, eps_greedy=1.0, population=args.population)),
+        "limited space": dict(search_params=_params(args), custom_rules=[_OnlyRules(limited)], **none),
     }
+    variants = {k: v for k, v in variants.items() if k in args.ablation_variants}
     curves = {}
     log = os.path.join(args.log_dir, f"{args.ablation_workload}.json") if args.log_dir else None
-    if log and os.path.exists(log):  # the suite run tuned it already: its log is the full search's curve
-        curves["full search"] = curve_from_log(log, task, args.trials, args.batch)
-        print(f"full search: the first {args.trials} trials of {log}")
+    if log and os.path.exists(log) and "base model" in variants:
+        # the suite run (base model, no database) tuned it already: its log is that curve
+        curves["base model"] = curve_from_log(log, task, args.trials, args.batch)
+        print(f"base model: the first {args.trials} trials of {log}")
     for label, kw in variants.items():
         if label in curves:
             continue
+        if not args.json_only:
+            print(f"# {label}", flush=True)
         result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
                                          verbose=1, **kw)
         curves[label] = [(t, g) for t, g, _ in result.history]
@@ -461,6 +492,9 @@ def main(argv=None) -> None:
     parser.add_argument("--log-dir", default=None, help="keep a tuning log per workload here (resumable)")
     parser.add_argument("--ablation", action="store_true", help="run the Fig. 7 ablation")
     parser.add_argument("--ablation-workload", default=ABLATION_WORKLOAD)
+    parser.add_argument("--ablation-variants", nargs="+", choices=ABLATION_VARIANTS, default=list(ABLATION_VARIANTS),
+                        metavar="VARIANT",
+                        help=f"the ablation's variants (default all: {', '.join(ABLATION_VARIANTS)})")
     parser.add_argument("--round-time", action="store_true", help="time one full search round")
     args = parser.parse_args(argv)
     if args.smoke:

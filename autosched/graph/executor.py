@@ -2,12 +2,13 @@
 
 ``GraphExecutor`` compiles one kernel per workload (identical subgraphs share it): the
 tuned program where there is one (``states`` by workload key, or the best records of a
-tuning log), else a default schedule, with a loud ``UntunedWorkloadWarning`` for a tuning
-task. Everything a run needs is prepared when the executor is built: constant weights
-packed for layout-rewritten kernels, the tensors' memory planned by liveness (``memory``;
-reshapes are views), every kernel's arguments checked, and the calls laid out for the
-native driver (``driver``), so that ``run`` is one native call: no allocation, no checks
-and no Python between kernels.
+tuning log); else, for a tuning task, the base cost model's zero-trial program
+(``autosched.zero_trial``) with a loud ``UntunedWorkloadWarning``, and a default schedule
+for the rest (and for every untuned task without a base model). Everything a run needs
+is prepared when the executor is built: constant weights packed for layout-rewritten
+kernels, the tensors' memory planned by liveness (``memory``; reshapes are views), every
+kernel's arguments checked, and the calls laid out for the native driver (``driver``), so
+that ``run`` is one native call: no allocation, no checks and no Python between kernels.
 
 ``run_reference`` is independent numpy code per node type (float64, ``opdefs``) run over the
 original graph (before batch-norm folding), so it checks the passes as well as the kernels.
@@ -24,6 +25,7 @@ import numpy as np
 import ir
 import sketch_rules.analysis as A
 from ..records import HistoryBest, UntunedWorkloadWarning
+from ..zero_trial import ZeroTrial
 from .graph import Graph
 from .opdefs import opdef
 from .driver import NativeDriver
@@ -153,6 +155,19 @@ class _Program:
     layout_rewrite: bool
     tuned: bool
     kernel: ir.Kernel = None
+    zero_trial: bool = False
+
+
+def _zero_trial_program(zero_trial: ZeroTrial, dag: ir.ComputeDAG) -> _Program | None:
+    """The zero-trial program of an untuned task (ranked against its default schedule), or
+    None (with a warning) if the search finds none."""
+    try:
+        state = zero_trial.program(dag, candidates=[default_schedule(dag)])
+    except ValueError as err:
+        warnings.warn(f"autosched: no zero-trial program ({err}); the task runs a default schedule",
+                      RuntimeWarning, stacklevel=4)
+        return None
+    return _Program(state, True, False, zero_trial=True)
 
 
 class GraphExecutor:
@@ -163,21 +178,26 @@ class GraphExecutor:
     used for workloads not in ``states`` (records of ``target``, default this host's).
     ``kernel_cache``: a dict that keeps compiled kernels by workload and program, for
     executors made one after another while tuning goes on (only new programs compile).
-    ``layout_rewrite``: how tuned ``states`` are built (as they were measured)."""
+    ``layout_rewrite``: how tuned ``states`` are built (as they were measured).
+    ``base_model``: whose zero-trial programs untuned tasks run ("default": the shipped
+    model; None: the default schedule)."""
 
     def __init__(self, partitioned: PartitionedGraph, states: dict | None = None, log_file=None,
                  target: str | None = None, layout_rewrite: bool = True, warn_untuned: bool = True,
-                 kernel_cache: dict | None = None):
+                 kernel_cache: dict | None = None, base_model="default"):
         self.partitioned = partitioned
         self.graph = partitioned.graph
         t0 = time.perf_counter()
-        self.programs, self.untuned = self._build_programs(states, log_file, target, layout_rewrite, kernel_cache)
+        self.programs, self.untuned = self._build_programs(states, log_file, target, layout_rewrite, kernel_cache,
+                                                           base_model)
         self.build_seconds = time.perf_counter() - t0
         if self.untuned and warn_untuned:
             names = ", ".join(w.desc for w in self.untuned[:5]) + (" ..." if len(self.untuned) > 5 else "")
+            zero = sum(self.programs[w.workload_key].zero_trial for w in self.untuned)
+            runs = (f"run the base cost model's zero-trial program (never measured; {len(self.untuned) - zero} "
+                    "of them a default schedule)") if zero else "run a default schedule"
             warnings.warn(f"autosched: {len(self.untuned)} of {len(partitioned.tasks)} tasks of {partitioned.name} "
-                          f"have no tuned program and run a default schedule: {names}", UntunedWorkloadWarning,
-                          stacklevel=2)
+                          f"have no tuned program and {runs}: {names}", UntunedWorkloadWarning, stacklevel=2)
         self.memory = plan_memory([(sg.output, _runtime_inputs(sg), _is_alias(sg)) for sg in partitioned.subgraphs],
                                   self.graph)
         self._buffers = self._allocate(self.memory)
@@ -186,13 +206,15 @@ class GraphExecutor:
                       for sg in partitioned.subgraphs if not _is_alias(sg)]
         self._driver = NativeDriver([kernel.native_call(*args) for _, kernel, args in self.calls])
 
-    def _build_programs(self, states, log_file, target, layout_rewrite, kernel_cache) -> tuple[dict, list]:
+    def _build_programs(self, states, log_file, target, layout_rewrite, kernel_cache,
+                        base_model) -> tuple[dict, list]:
         """The compiled program of every workload that needs a kernel, and the tasks that
         had no tuned program."""
         states = dict(states or {})
         history = None
         if log_file is not None:
             history = HistoryBest(log_file, target if target is not None else ir.host_target())
+        zero_trial = None
         programs, untuned = {}, []
         for w in self.partitioned.workloads:
             if all(_is_alias(sg) for sg in w.subgraphs):
@@ -206,10 +228,14 @@ class GraphExecutor:
                     prog = _Program(rec.state(w.dag), rec.layout_rewrite, True)
                 except Exception:  # a record that no longer replays: fall back, loudly
                     prog = None
+            if prog is None and w in self.partitioned.tasks:
+                untuned.append(w)
+                if zero_trial is None and base_model is not None:
+                    zero_trial = ZeroTrial.from_spec(base_model) or False
+                if zero_trial:
+                    prog = _zero_trial_program(zero_trial, w.dag)
             if prog is None:
                 prog = _Program(default_schedule(w.dag), False, False)
-                if w in self.partitioned.tasks:
-                    untuned.append(w)
             key = (w.workload_key, str(prog.state), prog.layout_rewrite)
             prog.kernel = kernel_cache.get(key) if kernel_cache is not None else None
             if prog.kernel is None:

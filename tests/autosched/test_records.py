@@ -169,13 +169,13 @@ def test_apply_history_best_warns_loudly_for_a_workload_without_records(task, tm
     path = tmp_path / "log.jsonl"
     path.write_text(record(task, tiled(task.dag, 4), 1e-6).to_json() + "\n")
     unknown = matmul_dag(12)
-    with apply_history_best(path) as history:
+    with apply_history_best(path, base_model=None) as history:
         with pytest.warns(UntunedWorkloadWarning, match=f"no tuning record .*workload {unknown.workload_key()} "
                                                         r"\(outputs C\[12, 12\]\).*UNTUNED"):
             kernel = ir.build(unknown)
         assert str(ir.build(task.dag).state) == str(tiled(task.dag, 4))
     assert str(kernel.state) == str(unknown.init_state()) and history.fallbacks == [unknown.workload_key()]
-    with apply_history_best(path, target="llvm -mcpu=elsewhere"):
+    with apply_history_best(path, target="llvm -mcpu=elsewhere", base_model=None):
         with pytest.warns(UntunedWorkloadWarning, match="there are records for"):
             ir.build(task.dag)
 

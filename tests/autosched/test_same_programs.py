@@ -29,7 +29,7 @@ def _matmul_run(log: str, trials: int, seed: int) -> list[str]:
     runner = StandInRunner()
     autosched.auto_schedule(task, trials=trials, measure_batch=8, log_file=log, seed=seed,
                             cost_model=StandInModel(), search_params=PARAMS, builder=StandInBuilder(),
-                            runner=runner, verbose=0)
+                            runner=runner, verbose=0, base_model=None, records_db=None)
     return runner.proposed
 
 
@@ -44,7 +44,7 @@ def _network_run(log: str, trials: int, seed: int) -> list[str]:
     runner = StandInRunner()
     autosched.tune_networks(_network(), trials=trials, measure_batch=8, log_file=log, seed=seed,
                             cost_model=StandInModel(), search_params=PARAMS, builder=StandInBuilder(),
-                            runner=runner, hardware=HW, verbose=0)
+                            runner=runner, hardware=HW, verbose=0, base_model=None, records_db=None)
     return runner.proposed
 
 

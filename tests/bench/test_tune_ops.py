@@ -51,3 +51,14 @@ def test_comparison_with_metaschedule_uses_the_same_vendor_library():
     assert got[256]["ours_vs_ms"] == pytest.approx(1.0 / anchors[256][0])
     assert got[64]["ours_s"] == 50.0 and got[64]["ms_s"] == anchors[64][1]
     assert tune_ops._vs_anchor("GMM-1x8x8x8", ours_at, 1.0, 1.0) == {}  # no anchor for it
+
+
+def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
+    from autosched.base_model import training_workloads
+    from autosched.records_db import RecordsDB
+    path = tune_ops.training_records_db(str(tmp_path))
+    records = RecordsDB(path).read()
+    keys = {ir.ComputeDAG(w.tensors).workload_key() for w in training_workloads().values()}
+    assert len(records) == 36 * 128 and {r.workload_key for r in records} == keys
+    ablation_key = ir.ComputeDAG(ops.suite_workload(tune_ops.ABLATION_WORKLOAD).tensors).workload_key()
+    assert ablation_key not in keys      # the ablation's workload is in neither's training data

@@ -1,0 +1,184 @@
+"""The base cost model: a small XGBoost rank model trained on tuning records of many
+workloads, so that a task's programs can be ranked before any of them is measured.
+
+One ships inside the package (``data/base_model.json``), built by ``autosched pretrain``
+from the logs in ``bench/data/training_records.tar.gz`` (see the README): records of the
+``TRAINING_WORKLOADS`` below, which are other shapes than those the benchmarks evaluate.
+``pretrain(records)`` trains one from the records of any tuning logs: each record's program
+is replayed on its workload, rebuilt from the record's workload key (``rebuild_workload``);
+``load_base_model`` gives the model a tuning starts from (``AUTOSCHED_BASE_MODEL`` chooses
+another file, or ``off``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Iterable
+
+import ir
+from evolution import XGBoostModel
+
+from . import ops
+
+#: the model file shipped with the package
+SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "base_model.json")
+#: the environment variable that chooses the base model: a file, or "off"
+ENV_VAR = "AUTOSCHED_BASE_MODEL"
+OFF = ("off", "none", "0", "")
+
+#: the workloads the shipped model was trained on (suite-style names: any shape of a
+#: family parses): every family of the suite at shapes that the suite (and ResNet-50's
+#: tasks) do not hold; ``bench/training_records.py`` tunes them and checks that
+TRAINING_SUITE_STYLE = (
+    "GMM-1x256x256x256", "GMM-1x768x384x512", "GMM-1x64x1024x256", "GMM-4x128x128x64",
+    "C1D-1x128x64x64-k3s1p1", "C1D-1x256x32x128-k5s2p2",
+    "C2D-1x28x28x96x96-k3s1p1", "C2D-1x56x56x48x96-k3s2p1", "C2D-1x14x14x192x384-k1s1p0",
+    "C2D-1x7x7x384x384-k3s1p1", "C2D-1x112x112x3x32-k3s2p1", "C2D-1x28x28x160x64-k1s1p0",
+    "C3D-1x8x28x28x32x32-k3s1p1",
+    "GRP-1x28x28x128x128-k3s1p1g8", "GRP-1x56x56x32x64-k3s2p1g2",
+    "DIL-1x28x28x64x64-k3s1p1d2",
+    "DEP-1x56x56x96-k3s1p1", "DEP-1x28x28x192-k3s2p1", "DEP-1x14x14x384-k3s1p1", "DEP-1x112x112x16-k3s1p1",
+    "T2D-1x8x8x128x64-k4s2p1", "T2D-1x16x16x64x32-k4s2p1", "T2D-1x4x4x256x128-k4s2p1",
+    "CAP-1x8x8x16x32-k3s1p1",
+    "NRM-1x128x512", "NRM-1x2048x256",
+    "CBR-1x28x28x64x96-k3s1p1", "CBR-1x14x14x128x256-k3s2p1",
+    "TBS-1x64x8x64", "TBS-1x128x4x32",
+)
+#: operator workloads by label: (operator, args, kwargs)
+TRAINING_OPERATORS = {
+    "dense-64x768x3072-bias": ("dense", (64, 768, 3072), {"bias": True}),
+    "dense-1x1024x1000": ("dense", (1, 1024, 1000), {}),
+    "softmax-64x500": ("softmax", ((64, 500),), {}),
+    "softmax-8x128x128": ("softmax", ((8, 128, 128),), {}),
+    "layer_norm-128x768": ("layer_norm", ((128, 768),), {}),
+    "layer_norm-256x512": ("layer_norm", ((256, 512),), {}),
+}
+
+
+def training_workloads() -> dict[str, ops.Workload]:
+    """Label -> workload of every training workload of the shipped model."""
+    out = {name: ops.suite_workload(name) for name in TRAINING_SUITE_STYLE}
+    for label, (op, args, kwargs) in TRAINING_OPERATORS.items():
+        out[label] = ops.workload(op, *args, label=label, **kwargs)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _known_dags() -> dict[str, ir.ComputeDAG]:
+    """Workload key -> DAG of every workload autosched can name: the training workloads
+    and the operator suite (built once per process, when a key is not otherwise found)."""
+    dags = {}
+    for w in [*training_workloads().values(), *(ops.suite_workload(n) for n in ops.suite_names())]:
+        dag = ir.ComputeDAG(w.tensors)
+        dags.setdefault(dag.workload_key(), dag)
+    return dags
+
+
+def rebuild_workload(key: str, desc: str = "") -> ir.ComputeDAG | None:
+    """The DAG of workload ``key``: from ``desc`` when it is a suite-style name of that
+    workload (``autosched tune NAME`` records it), else from the workloads autosched can
+    name (``_known_dags``); None when neither has it (e.g. a network's task)."""
+    if desc:
+        try:
+            dag = ir.ComputeDAG(ops.suite_workload(desc).tensors)
+        except ValueError:
+            dag = None
+        if dag is not None and dag.workload_key() == key:
+            return dag
+    return _known_dags().get(key)
+
+
+def training_programs(records: Iterable, *, on_skip=None) -> list[tuple]:
+    """(task, state, cost seconds or None) of every record whose workload can be rebuilt
+    and whose steps replay on it, one task per (workload, target); ``on_skip(record,
+    why)`` is told of every other record."""
+    tasks: dict[tuple, ir.SearchTask | None] = {}
+    out = []
+    for rec in records:
+        ident = (rec.workload_key, rec.target, rec.layout_rewrite)
+        if ident not in tasks:
+            dag = rebuild_workload(rec.workload_key, rec.desc)
+            hardware = ir.HardwareParams(**rec.hardware) if rec.hardware else None
+            tasks[ident] = None if dag is None else ir.SearchTask(dag, target=rec.target, hardware=hardware,
+                                                                   layout_rewrite=rec.layout_rewrite, desc=rec.desc)
+        task = tasks[ident]
+        if task is None:
+            if on_skip:
+                on_skip(rec, "its workload cannot be rebuilt from its key")
+            continue
+        try:
+            state = rec.state(task.dag)
+        except ir.InvalidStep as err:
+            if on_skip:
+                on_skip(rec, f"its steps do not replay ({err})")
+            continue
+        out.append((task, state, rec.mean_cost if rec.ok else None))
+    return out
+
+
+#: the size of the base model: trees of this depth, at most this many (the shipped one is
+#: ~1 MB; Ansor's online model, depth 10 and up to 10000 rounds, is 30 MB on these records)
+MAX_DEPTH, MAX_ROUNDS = 6, 200
+
+
+def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
+             verbose: bool = False) -> tuple[XGBoostModel, dict]:
+    """A rank model trained on tuning ``records`` (``autosched.TuningRecord``s, e.g. the
+    ``read_records`` of some logs), of at most ``rounds`` trees of depth ``max_depth``.
+    Returns it and what it was trained on: {"records", "programs", "workloads", "skipped":
+    {why: count}}. ``ValueError`` when no record can be used."""
+    records = list(records)
+    skipped: dict[str, int] = {}
+
+    def skip(rec, why):
+        why = why.split(" (")[0]
+        skipped[why] = skipped.get(why, 0) + 1
+
+    programs = training_programs(records, on_skip=skip)
+    if not any(cost is not None for _, _, cost in programs):
+        raise ValueError(f"no usable record among {len(records)} record(s): "
+                         f"{skipped or 'none is a valid measurement'}")
+    model = XGBoostModel(objective="rank", seed=seed, num_warmup_sample=1, params={"max_depth": max_depth},
+                         max_rounds=rounds, verbose=verbose)
+    model.update(programs)
+    info = {"records": len(records), "programs": len(programs),
+            "workloads": len({task.workload_key for task, _, _ in programs}), "skipped": skipped}
+    return model, info
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str) -> XGBoostModel:
+    return XGBoostModel.from_file(path, objective="rank")
+
+
+def base_model_path(spec="default") -> str | None:
+    """The file of the base model ``spec`` names: "default" (``$AUTOSCHED_BASE_MODEL``, else
+    the shipped model), a path, or None/"off" (no base model)."""
+    if spec == "default":
+        spec = os.environ.get(ENV_VAR, SHIPPED_MODEL)
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in OFF):
+        return None
+    path = os.fspath(spec)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no base cost model at {path!r} (make one with `autosched pretrain LOG... -o FILE`, "
+                                f"or set {ENV_VAR}=off)")
+    return path
+
+
+def load_base_model(spec="default") -> XGBoostModel | None:
+    """The base model ``spec`` names (see ``base_model_path``), or an ``XGBoostModel``
+    given as it is; None for no base model. Loaded once per process and file."""
+    if isinstance(spec, XGBoostModel):
+        return spec
+    path = base_model_path(spec)
+    if path is None:
+        return None
+    try:
+        return _load(os.path.abspath(path))
+    except Exception as err:  # xgboost's own error types vary by version
+        why = f"the base cost model {path!r} cannot be read ({type(err).__name__}: {str(err)[:200]})"
+        if os.path.abspath(path) != SHIPPED_MODEL:
+            raise ValueError(f"{why}; expected a model file written by `autosched pretrain`") from None
+        warnings.warn(f"autosched: {why}; going on without it", RuntimeWarning, stacklevel=2)
+        return None

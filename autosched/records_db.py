@@ -1,0 +1,153 @@
+"""The local records database: one tuning-record file that every tuning appends to and
+every new tuning learns from (as MetaSchedule's database), shared by all processes.
+
+Where: ``~/.cache/autosched/records.jsonl``, or ``$AUTOSCHED_RECORDS_DB``, or the
+``records_db`` argument of the tuning functions (``--records-db``); ``off`` (``None``,
+``--no-records-db``) disables it. Its lines are tuning records (``autosched.records``;
+read with ``read_records``). Writers take an exclusive ``flock`` and append a whole batch
+with one ``write``, so that concurrent tunings never interleave or lose lines; readers
+take a shared lock. A truncated last line (a process killed mid-write on a filesystem
+without the lock) is skipped with a warning by every reader and never rewritten: the next
+writer starts a new line after it.
+
+What a tuning learns from it (``prior_knowledge``): the records of its own workloads and
+target are taken in as a resumed log is (not measured again, their best is the best so
+far); records of other workloads that can be rebuilt (``base_model.rebuild_workload``)
+train a model the tuning's cost model starts from.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterable
+
+from .measure.common import MeasureInput, MeasureResult
+from .records import TuningRecord, check_log_file, read_records
+
+#: the environment variable that moves (a path) or disables ("off") the database
+ENV_VAR = "AUTOSCHED_RECORDS_DB"
+OFF = ("off", "none", "0", "")
+
+
+def default_path() -> str:
+    return os.path.join(os.path.expanduser("~"), ".cache", "autosched", "records.jsonl")
+
+
+def records_db_path(spec="default") -> str | None:
+    """The file ``spec`` names: "default" (``$AUTOSCHED_RECORDS_DB``, else
+    ``~/.cache/autosched/records.jsonl``), a path, or None/"off" (no database)."""
+    if spec == "default":
+        spec = os.environ.get(ENV_VAR, default_path())
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in OFF):
+        return None
+    return os.fspath(spec)
+
+
+class RecordsDB:
+    """The records file at ``path`` (its folder is made at the first write)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+
+    def __repr__(self) -> str:
+        return f"RecordsDB({self.path!r})"
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool):
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT if exclusive else os.O_RDONLY
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield fd
+        finally:
+            os.close(fd)   # closing releases the lock
+
+    def read(self, workload_keys: Iterable[str] | None = None, target: str | None = None) -> list[TuningRecord]:
+        """The records (of these workloads and this target, when given), in file order."""
+        if not os.path.exists(self.path):
+            return []
+        keys = None if workload_keys is None else tuple(workload_keys)
+        with self._locked(exclusive=False):
+            records = read_records(self.path, keys)
+        return [r for r in records if target is None or r.target == target]
+
+    def append(self, records: Iterable[TuningRecord]) -> int:
+        """Append records, all in one ``write`` under the exclusive lock; returns how many."""
+        lines = [r.to_json() + "\n" for r in records]
+        if not lines:
+            return 0
+        folder = os.path.dirname(self.path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        check_log_file(self.path)   # never append to a file that is not a tuning log
+        with self._locked(exclusive=True) as fd:
+            data = "".join(lines).encode()
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data   # after a truncated line: start a new one, leave it as it is
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        return len(lines)
+
+    def writer(self) -> "RecordToDB":
+        return RecordToDB(self)
+
+
+class RecordToDB:
+    """A measure callback that collects each batch's records and appends them to the
+    database when the measurer flushes (after each batch) or closes."""
+
+    def __init__(self, db: RecordsDB):
+        self.db = db
+        self._pending: list[TuningRecord] = []
+
+    def __call__(self, inp: MeasureInput, res: MeasureResult) -> None:
+        self._pending.append(TuningRecord.from_measure(inp, res))
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        self.db.append(pending)
+
+    def close(self) -> None:
+        self.flush()
+
+
+def open_records_db(spec="default") -> RecordsDB | None:
+    """The database ``spec`` names (see ``records_db_path``; a ``RecordsDB`` as it is)."""
+    if isinstance(spec, RecordsDB):
+        return spec
+    path = records_db_path(spec)
+    return RecordsDB(path) if path is not None else None
+
+
+#: at most this many records of other workloads (the newest) train the database's model,
+#: with trees as small as the base model's and this many of them: a few seconds at the
+#: start of a tuning
+OTHER_WORKLOAD_RECORDS, OTHER_WORKLOAD_ROUNDS = 1024, 50
+
+
+def prior_knowledge(db: RecordsDB, tasks, base=None, seed: int = 0) -> tuple[list[TuningRecord], object]:
+    """What the database knows for tuning ``tasks``: (the records of their own workloads,
+    targets and layout rewrite, the model their cost model starts from). The latter is ``base`` (a base model
+    or None), refined on the newest records of other workloads of the same targets that
+    can be rebuilt (``base_model.rebuild_workload``), when there are any."""
+    from evolution import XGBoostModel
+    from .base_model import MAX_DEPTH, training_programs
+    own_ids = {(t.workload_key, str(t.target), t.layout_rewrite) for t in tasks}
+    own_keys = {t.workload_key for t in tasks}
+    targets = {str(t.target) for t in tasks}
+    own, others = [], []
+    for rec in db.read():
+        if (rec.workload_key, rec.target, rec.layout_rewrite) in own_ids:
+            own.append(rec)
+        elif rec.target in targets and rec.workload_key not in own_keys:
+            others.append(rec)
+    programs = training_programs(others[-OTHER_WORKLOAD_RECORDS:])
+    if not any(cost is not None for _, _, cost in programs):
+        return own, base
+    model = XGBoostModel(objective="rank", seed=seed, num_warmup_sample=1, base_model=base,
+                         params={"max_depth": MAX_DEPTH}, max_rounds=OTHER_WORKLOAD_ROUNDS)
+    model.update(programs)
+    return own, model

@@ -1,0 +1,117 @@
+"""The base cost model: shipped as package data, trained on workloads the benchmarks do
+not evaluate (each rebuilt from its records' workload key), rebuilt by ``autosched
+pretrain``; with it a tuning's first batch is chosen by the model (no random warm-up)."""
+import os
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+import autosched
+import ir
+from autosched import base_model as B
+from autosched import cli
+from autosched.records import read_records
+from evolution import SearchParams, SketchPolicy, XGBoostModel
+from evolution.cost_model import pairwise_accuracy
+from tests.autosched.stand_ins import StandInBuilder, StandInRunner
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records.tar.gz")
+
+
+def test_the_shipped_model_is_package_data_and_loads():
+    assert os.path.isfile(B.SHIPPED_MODEL) and os.path.getsize(B.SHIPPED_MODEL) < 4 << 20
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        assert 'autosched = ["data/base_model.json"]' in f.read()
+    model = B.load_base_model(B.SHIPPED_MODEL)
+    assert isinstance(model, XGBoostModel) and model.booster is not None and model.objective == "rank"
+    assert B.load_base_model(None) is None and B.load_base_model("off") is None
+
+
+def test_the_environment_variable_chooses_the_base_model(monkeypatch, tmp_path):
+    monkeypatch.setenv(B.ENV_VAR, B.SHIPPED_MODEL)
+    assert B.base_model_path() == B.SHIPPED_MODEL
+    monkeypatch.setenv(B.ENV_VAR, "off")
+    assert B.load_base_model() is None
+    with pytest.raises(FileNotFoundError, match="autosched pretrain"):
+        B.load_base_model(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("not a model")
+    with pytest.raises(ValueError, match="cannot be read"):
+        B.load_base_model(str(bad))
+
+
+def test_every_training_workload_is_rebuilt_from_its_key_alone():
+    for label, w in B.training_workloads().items():
+        key = ir.ComputeDAG(w.tensors).workload_key()
+        dag = B.rebuild_workload(key)
+        assert dag is not None and dag.workload_key() == key, label
+    assert B.rebuild_workload("0" * 32) is None
+
+
+def test_the_training_workloads_are_disjoint_from_the_benchmarks():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import training_records
+    finally:
+        sys.path.pop(0)
+    evaluated = training_records.evaluated_keys()
+    assert len(evaluated) > 40                      # the suite and ResNet-50's tasks
+    for label, w in B.training_workloads().items():
+        assert ir.ComputeDAG(w.tensors).workload_key() not in evaluated, label
+    training_records.check_disjoint(B.training_workloads())
+
+
+def _extract(tmp_path, names):
+    with tarfile.open(TRAINING_LOGS) as tar:
+        members = [m for m in tar.getmembers() if os.path.basename(m.name) in names]
+        tar.extractall(tmp_path, members=members, filter="data")
+    return [str(tmp_path / m.name) for m in members]
+
+
+def test_pretrain_builds_a_model_that_loads_and_ranks(tmp_path, capsys):
+    logs = _extract(tmp_path, {"GMM-4x128x128x64.json", "NRM-1x128x512.json"})
+    assert len(logs) == 2
+    out = tmp_path / "model.json"
+    assert cli.main(["pretrain", *logs, "-o", str(out), "--rounds", "30"]) == 0
+    assert "256 programs of 2 workload(s)" in capsys.readouterr().out
+    model = B.load_base_model(str(out))
+    programs = B.training_programs(read_records(logs[0]))
+    task, states = programs[0][0], [s for _, s, c in programs if c is not None]
+    costs = np.array([c for _, _, c in programs if c is not None])
+    scores = model.predict(task, states)
+    assert np.all(np.isfinite(scores))
+    assert pairwise_accuracy(scores, -costs) > 0.7   # it learnt the order of what it was shown
+
+
+def test_pretrain_reports_bad_input_in_one_line(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["pretrain", str(notes), "-o", str(tmp_path / "m.json")])
+    assert exit_.value.code == cli.USAGE_ERROR and "is not a tuning log" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["pretrain", str(tmp_path / "missing.json"), "-o", str(tmp_path / "m.json")])
+    assert "no tuning log at" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    empty.write_text("# nothing measured yet\n")
+    assert cli.main(["pretrain", str(empty), "-o", str(tmp_path / "m.json")]) == cli.USAGE_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no usable record" in err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_tuning_with_the_base_model_measures_no_random_warm_up_batch(monkeypatch):
+    w = autosched.ops.workload("matmul", 32, 48, 64)
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors))
+    params = SearchParams(population=32, generations=1, init_min_population=8, islands=1)
+    batches = []
+    real = SketchPolicy.next_batch
+    monkeypatch.setattr(SketchPolicy, "next_batch", lambda self, n: batches.append(real(self, n)) or batches[-1])
+    monkeypatch.setattr(SketchPolicy, "random_batch", lambda self, n: pytest.fail("a random warm-up batch"))
+    result = autosched.auto_schedule(task, trials=16, measure_batch=8, search_params=params, seed=0,
+                                     builder=StandInBuilder(), runner=StandInRunner(), verbose=0,
+                                     base_model=B.SHIPPED_MODEL, records_db=None)
+    assert result.trials == 16 and len(batches) == 2 and all(len(b) == 8 for b in batches)

@@ -1,0 +1,154 @@
+"""The local records database: where it is, that concurrent writers in two processes never
+interleave or lose lines, that a truncated last line is skipped with a warning and never
+rewritten, and that a tuning appends to it and the next tuning of the workload starts from
+what it holds (its first batch chosen by a model, no random warm-up)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import autosched
+import ir
+from autosched import MeasureInput, MeasureResult, TuningRecord
+from autosched import records_db as D
+from evolution import SearchParams, SketchPolicy
+from tests.autosched.stand_ins import StandInBuilder, StandInRunner
+
+HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
+PARAMS = SearchParams(population=24, generations=1, init_min_population=6, islands=1)
+
+
+def matmul_task(n=16):
+    a = ir.placeholder((n, n), name="A")
+    b = ir.placeholder((n, n), name="B")
+    k = ir.reduce_axis(n, name="k")
+    c = ir.compute((n, n), lambda i, j: ir.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return ir.SearchTask(ir.ComputeDAG([a, b, c]), hardware=HW, layout_rewrite=False, desc=f"mm{n}")
+
+
+def record(task, f, cost):
+    state = task.dag.init_state().split("C", "i", [f])
+    return TuningRecord.from_measure(MeasureInput(task, state), MeasureResult((cost,), timestamp=1.0))
+
+
+def test_where_the_database_is(tmp_path, monkeypatch):
+    monkeypatch.setenv(D.ENV_VAR, str(tmp_path / "db.jsonl"))
+    assert D.records_db_path() == str(tmp_path / "db.jsonl")
+    assert D.records_db_path(tmp_path / "x.jsonl") == str(tmp_path / "x.jsonl")
+    assert D.records_db_path(None) is None and D.records_db_path("off") is None
+    monkeypatch.setenv(D.ENV_VAR, "off")
+    assert D.open_records_db() is None
+    monkeypatch.delenv(D.ENV_VAR)
+    assert D.records_db_path() == os.path.join(os.path.expanduser("~"), ".cache", "autosched", "records.jsonl")
+
+
+def test_the_tests_never_touch_the_users_database(_private_records_db):
+    assert D.records_db_path() == str(_private_records_db)
+    assert not D.records_db_path().startswith(os.path.join(os.path.expanduser("~"), ".cache"))
+
+
+WRITER = textwrap.dedent('''
+    import sys
+    import ir
+    from autosched import MeasureInput, MeasureResult, TuningRecord
+    from autosched.records_db import RecordsDB
+    from tests.autosched.test_records_db import matmul_task, record
+    task, tag, batches = matmul_task(), int(sys.argv[2]), int(sys.argv[3])
+    db = RecordsDB(sys.argv[1])
+    for b in range(batches):
+        # a long line (a long program) so that an unlocked write could be split
+        db.append([record(task, 2, (tag * 1000 + b * 10 + i + 1) * 1e-6) for i in range(10)])
+''')
+
+
+def test_concurrent_writers_in_two_processes_never_interleave_or_lose_lines(tmp_path):
+    path = tmp_path / "db.jsonl"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), *sys.path]))
+    procs = [subprocess.Popen([sys.executable, str(script), str(path), str(tag), "40"], env=env, cwd=os.getcwd())
+             for tag in (1, 2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    lines = path.read_text().split("\n")
+    assert lines[-1] == "" and len(lines) == 2 * 40 * 10 + 1
+    costs = sorted(json.loads(line)["costs"][0] for line in lines[:-1])   # every line parses
+    want = sorted((tag * 1000 + b * 10 + i + 1) * 1e-6 for tag in (1, 2) for b in range(40) for i in range(10))
+    assert costs == pytest.approx(want)
+    assert len(D.RecordsDB(path).read()) == 800
+
+
+def test_a_truncated_last_line_is_skipped_with_a_warning_and_never_rewritten(tmp_path):
+    task = matmul_task()
+    path = tmp_path / "db.jsonl"
+    db = D.RecordsDB(path)
+    db.append([record(task, 2, 1e-5), record(task, 4, 2e-5)])
+    torn = record(task, 8, 3e-5).to_json()[:57]
+    with open(path, "a") as f:
+        f.write(torn)
+    with pytest.warns(RuntimeWarning, match="truncated"):
+        assert [r.mean_cost for r in db.read()] == [1e-5, 2e-5]
+    with pytest.warns(RuntimeWarning, match="truncated"):
+        db.read([task.workload_key])          # the filtered read warns too
+    db.append([record(task, 16, 4e-5)])
+    lines = path.read_text().split("\n")
+    assert lines[2] == torn                   # kept as it was
+    with pytest.warns(RuntimeWarning, match="line 3 is not a record"):
+        assert [r.mean_cost for r in db.read()] == [1e-5, 2e-5, 4e-5]
+
+
+def test_the_database_refuses_a_file_it_did_not_write(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("my notes\n")
+    with pytest.raises(autosched.NotATuningLog):
+        D.RecordsDB(path).append([record(matmul_task(), 2, 1e-5)])
+    assert path.read_text() == "my notes\n"
+
+
+def _tune(task, db, trials=8, runner=None):
+    return autosched.auto_schedule(task, trials=trials, measure_batch=4, seed=0, search_params=PARAMS,
+                                   builder=StandInBuilder(), runner=runner or StandInRunner(), verbose=0,
+                                   base_model=None, records_db=db)
+
+
+def test_a_tuning_appends_to_the_database_and_the_next_one_starts_from_it(tmp_path, monkeypatch):
+    task = matmul_task()
+    path = tmp_path / "db.jsonl"
+    first = _tune(task, str(path))
+    recs = D.RecordsDB(path).read()
+    assert len(recs) == 8 and {r.workload_key for r in recs} == {task.workload_key}
+    # the second tuning: the database's programs are not measured again, their best is the
+    # best so far, and the model ranks from the first batch (no random warm-up)
+    monkeypatch.setattr(SketchPolicy, "random_batch", lambda self, n: pytest.fail("a random warm-up batch"))
+    runner = StandInRunner()
+    second = _tune(task, str(path), runner=runner)
+    assert second.latency <= first.latency
+    assert not {r.program[:16] for r in recs} & set(runner.proposed)
+    assert len(D.RecordsDB(path).read()) == 16
+
+
+def test_without_the_database_nothing_is_written_and_warm_up_is_random(tmp_path, monkeypatch):
+    monkeypatch.setenv(D.ENV_VAR, str(tmp_path / "db.jsonl"))
+    calls = []
+    real = SketchPolicy.random_batch
+    monkeypatch.setattr(SketchPolicy, "random_batch", lambda self, n: calls.append(n) or real(self, n))
+    _tune(matmul_task(), None)
+    assert calls and not (tmp_path / "db.jsonl").exists()
+
+
+def test_records_of_other_workloads_train_the_model_a_tuning_starts_from(tmp_path):
+    from autosched.base_model import training_workloads
+    w = training_workloads()["GMM-1x256x256x256"]
+    other = ir.SearchTask(ir.ComputeDAG(w.tensors), desc="")    # rebuilt from its key alone
+    states = [other.dag.init_state().split("batch_matmul", "ax2", [f]) for f in (2, 4, 8, 16)]
+    db = D.RecordsDB(tmp_path / "db.jsonl")
+    db.append([TuningRecord.from_measure(MeasureInput(other, s), MeasureResult((c,), timestamp=1.0))
+               for s, c in zip(states, (4e-3, 3e-3, 2e-3, 1e-3))])
+    task = ir.SearchTask(matmul_task().dag, target=other.target)
+    own, model = D.prior_knowledge(db, [task])
+    assert own == [] and model is not None and model.can_rank
+    scores = model.predict(other, states)
+    assert np.all(np.isfinite(scores)) and np.argmax(scores) == 3    # learnt the order it was shown

@@ -1,0 +1,77 @@
+"""Zero-trial programs: an untuned task gets the program the base cost model ranks best
+after a short search, never measured; it computes what its DAG says (checked against
+numpy), and the graph executor and ``apply_history_best`` use it, loudly."""
+import warnings
+
+import numpy as np
+import pytest
+
+import ir
+from autosched import UntunedWorkloadWarning, apply_history_best, ops
+from autosched import graph as G
+from autosched.base_model import SHIPPED_MODEL, load_base_model
+from autosched.zero_trial import ZeroTrial, zero_trial_program
+
+
+def _run(kernel, dag, inputs, outputs):
+    args = [kernel.pack(t.name, a) if t.name in kernel.layouts else a for t, a in zip(dag.inputs, inputs)]
+    kernel(*args, *outputs)
+
+
+@pytest.mark.parametrize("name", ["C2D-1x14x14x32x48-k3s1p1", "GMM-1x48x64x80", "NRM-1x64x96"])
+def test_the_zero_trial_program_is_correct(name):
+    w = ops.suite_workload(name)
+    dag = ir.ComputeDAG(w.tensors)
+    state = zero_trial_program(ir.SearchTask(dag), load_base_model(SHIPPED_MODEL), seed=0)
+    assert state.steps                      # a searched program, not the naive one
+    inputs = w.random_inputs(np.random.default_rng(1))
+    outputs = w.output_buffers()
+    _run(ir.build(dag, state, layout_rewrite=True), dag, inputs, outputs)
+    for got, want in zip(outputs, w.reference(inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_zero_trial_programs_are_found_once_per_workload():
+    zero = ZeroTrial.from_spec(SHIPPED_MODEL)
+    w = ops.suite_workload("GMM-1x32x32x32")
+    a, b = zero.program(ir.ComputeDAG(w.tensors)), zero.program(ir.ComputeDAG(w.tensors))
+    assert str(a) == str(b) and len(zero._steps) == 1
+    assert ZeroTrial.from_spec(None) is None
+
+
+def _network():
+    b = G.GraphBuilder("small_cnn", seed=0)
+    x = b.input((1, 12, 12, 8))
+    y = b.relu(b.conv(x, 16, 3, padding=1))
+    y = b.dense(b.global_avg_pool(y), 10)
+    return b.graph([y])
+
+
+def test_the_executor_runs_untuned_tasks_with_their_zero_trial_programs():
+    part = G.partition(_network())
+    with pytest.warns(UntunedWorkloadWarning, match="zero-trial program"):
+        executor = G.GraphExecutor(part, base_model=SHIPPED_MODEL)
+    tasks = [executor.programs[t.workload_key] for t in part.tasks]
+    assert tasks and all(p.zero_trial and not p.tuned for p in tasks)
+    assert len(executor.untuned) == len(part.tasks)
+    ok, err = executor.verify()
+    assert ok, err
+    with pytest.warns(UntunedWorkloadWarning, match="run a default schedule"):
+        plain = G.GraphExecutor(part, base_model=None)
+    assert not any(p.zero_trial for p in plain.programs.values())
+
+
+def test_apply_history_best_builds_the_zero_trial_program_of_a_workload_without_records(tmp_path):
+    w = ops.suite_workload("GMM-1x40x40x40")
+    dag = ir.ComputeDAG(w.tensors)
+    log = tmp_path / "log.jsonl"
+    log.write_text("# no records yet\n")
+    with apply_history_best(log, base_model=SHIPPED_MODEL) as history:
+        with pytest.warns(UntunedWorkloadWarning, match="UNTUNED zero-trial program"):
+            kernel = ir.build(dag)
+    assert history.fallbacks == [dag.workload_key()]
+    assert str(kernel.state) != str(dag.init_state())
+    inputs = w.random_inputs(np.random.default_rng(2))
+    outputs = w.output_buffers()
+    _run(kernel, dag, inputs, outputs)
+    np.testing.assert_allclose(outputs[0], w.reference(inputs)[0], rtol=1e-3, atol=1e-3)
