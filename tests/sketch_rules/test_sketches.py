@@ -136,6 +136,38 @@ def test_softmax_rfactors_both_reductions_and_keeps_exp():
     assert n_rf == [0, 1, 1, 1, 1, 2, 2, 2, 2]
 
 
+def test_elementwise_stages_over_long_rows_are_split_for_vectorisation():
+    """Rows of 500 are longer than max_vectorize_size: the output's loop over a row is
+    always split (its inner part vectorisable), exp's in half of the sketches."""
+    w = ops.workload("softmax", (4, 500))
+    task = task_of(w.tensors)
+    sketches = SR.generate_sketches(task)
+    assert len(sketches) == 18
+    for s in sketches:
+        assert names(s, "softmax") == ["ax0", "ax1.0", "ax1.1"]
+    assert sorted(names(s, "softmax_exp")[-1] for s in sketches) == ["ax1"] * 9 + ["ax1.1"] * 9
+    for state in SR.sample_programs(task, sketches, 12, np.random.default_rng(3)):
+        inner = state["softmax"].iters[-1]
+        assert inner.name == "ax1.1" and inner.extent <= task.hardware.max_innermost_split_factor
+        assert inner.annotation == "vectorize"
+
+
+def test_a_reduction_is_never_computed_inside_a_loop_its_values_do_not_depend_on():
+    """softmax's row max and row sum inside the loop over a row's elements would be
+    recomputed 500 times: only the loop over rows (or root) is offered."""
+    w = ops.workload("softmax", (4, 500))
+    state = ir.ComputeDAG(w.tensors).init_state()
+    exp, out = state.stage_index("softmax_exp"), state.stage_index("softmax")
+    assert SR.compute_location_choices(state, state.stage_index("softmax_maxelem")) == ["root", (exp, 0)]
+    assert SR.compute_location_choices(state, state.stage_index("softmax_expsum")) == ["root", (out, 0)]
+    # an elementwise producer may still go anywhere before the reduce loops
+    A, B, C = matmul()
+    D = ir.compute((32, 32), lambda i, j: A[i, j] * 2.0, name="D")
+    E = ir.compute((32, 32), lambda i, j: D[i, j] + C[i, j], name="E")
+    state = ir.ComputeDAG([A, B, E]).init_state()
+    assert SR.compute_location_choices(state, state.stage_index("D")) == ["root", "inline", (4, 0), (4, 1)]
+
+
 def test_tbs_inlines_transposes_and_combines_matmul_and_softmax_sketches():
     w = ops.suite_workload("TBS-1x16x2x8")
     sketches = SR.generate_sketches(task_of(w.tensors))
