@@ -134,13 +134,15 @@ class SplitForVectorize(SketchRule):
     by random annotation, which only fuses whole loops; split that loop (its inner length
     chosen later, at most ``max_innermost_split_factor``) so that its inner part can be.
     The output stage is always split; another stage also keeps the unsplit sketch, whose
-    compute location stays a decision."""
+    compute location stays a decision. Not for a stage a tiled stage is fused into
+    (through elementwise stages): the fusion rules tile it like that stage."""
     name = "split_for_vectorize"
 
     def condition(self, ctx, state, stage_id):
         st = state.stages[stage_id]
         if (st.is_placeholder or st.compute_at == "inline" or st.reduce_axes or st.origin != "op"
-                or st.transforms or not st.iters or st.iters[-1].extent <= ctx.hardware.max_vectorize_size):
+                or st.transforms or not st.iters or st.iters[-1].extent <= ctx.hardware.max_vectorize_size
+                or A.fed_by_tiled_stage(state, stage_id)):
             return Condition.PASS
         return Condition.APPLY_AND_SKIP_REST if A.is_output(state, stage_id) else Condition.APPLY
 
