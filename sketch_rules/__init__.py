@@ -2,8 +2,7 @@
 Table 1), user-registered rules, and random annotation into complete programs."""
 from .rule import Condition, SketchContext, SketchRule
 from .cpu_rules import (AddCacheReadPack, AddCacheWrite, AddRfactor, AlwaysInline, MultiLevelTiling,
-                        MultiLevelTilingWithFusion, SimplifyComputeWithConstTensor, SkipStage, SplitForVectorize,
-                        cpu_rules)
+                        MultiLevelTilingWithFusion, SimplifyComputeWithConstTensor, SkipStage, cpu_rules)
 from .gpu_rules import AddCacheReadShared, CrossThreadReduction, gpu_rules
 from .generate import generate_sketches, register_sketch_rule, rules_for, unregister_sketch_rule
 from .annotation import (ChangeComputeLocation, FillTileSize, InitRule, Parallel, Unroll, Vectorize,

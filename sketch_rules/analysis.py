@@ -71,23 +71,6 @@ def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
     return consumers[0]
 
 
-def fed_by_tiled_stage(state: ir.State, stage_id: int) -> bool:
-    """Whether a stage that needs multi-level tiling feeds this one through inlinable
-    stages only (a conv through its bias and ReLU): the fusion rules tile this one like it."""
-    frontier, seen = [stage_id], {stage_id}
-    while frontier:
-        target = frontier.pop()
-        for p in range(target):
-            if p in seen or target not in state.readers(p):
-                continue
-            if needs_multi_level_tiling(state, p):
-                return True
-            if state.stages[p].compute_at == "inline" or is_strict_inlinable(state, p):
-                seen.add(p)
-                frontier.append(p)
-    return False
-
-
 def has_cache_write_stage(state: ir.State, stage_id: int) -> bool:
     """Whether this stage is the cache of a cache_write (its consumer is the original)."""
     return state.stages[stage_id].origin == "cache_write"

@@ -128,28 +128,6 @@ def split_fused_reduction(state, stage_id: int):
     return s.split(stage_id, fused, [None]), fused, len(space)
 
 
-class SplitForVectorize(SketchRule):
-    """Not in Ansor: an elementwise stage whose innermost loop is longer than
-    ``max_vectorize_size`` (softmax's exp and divide over rows of 500) is never vectorised
-    by random annotation, which only fuses whole loops; split that loop (its inner length
-    chosen later, at most ``max_innermost_split_factor``) so that its inner part can be.
-    The output stage is always split; another stage also keeps the unsplit sketch, whose
-    compute location stays a decision. Not for a stage a tiled stage is fused into
-    (through elementwise stages): the fusion rules tile it like that stage."""
-    name = "split_for_vectorize"
-
-    def condition(self, ctx, state, stage_id):
-        st = state.stages[stage_id]
-        if (st.is_placeholder or st.compute_at == "inline" or st.reduce_axes or st.origin != "op"
-                or st.transforms or not st.iters or st.iters[-1].extent <= ctx.hardware.max_vectorize_size
-                or A.fed_by_tiled_stage(state, stage_id)):
-            return Condition.PASS
-        return Condition.APPLY_AND_SKIP_REST if A.is_output(state, stage_id) else Condition.APPLY
-
-    def apply(self, ctx, state, stage_id):
-        return [(state.split(stage_id, len(state.stages[stage_id].iters) - 1, [None]), stage_id - 1)]
-
-
 class SimplifyComputeWithConstTensor(SketchRule):
     """For ops marked ``attrs["simplify_const_tensor_indices"] = [axis names]`` (e.g. the
     transform matrices of Winograd): unroll those axes innermost and tile the other space
@@ -199,7 +177,7 @@ class AddCacheReadPack(SketchRule):
 
 
 def cpu_rules() -> list[SketchRule]:
-    """The built-in CPU rules: Ansor's, in its order, with the packing rule and the split
-    for vectorisation before the last (skip)."""
+    """The built-in CPU rules: Ansor's, in its order, with the packing rule before the
+    last (skip)."""
     return [AlwaysInline(), SimplifyComputeWithConstTensor(), AddRfactor(), AddCacheWrite(),
-            MultiLevelTilingWithFusion(), MultiLevelTiling(), AddCacheReadPack(), SplitForVectorize(), SkipStage()]
+            MultiLevelTilingWithFusion(), MultiLevelTiling(), AddCacheReadPack(), SkipStage()]

@@ -136,22 +136,6 @@ def test_softmax_rfactors_both_reductions_and_keeps_exp():
     assert n_rf == [0, 1, 1, 1, 1, 2, 2, 2, 2]
 
 
-def test_elementwise_stages_over_long_rows_are_split_for_vectorisation():
-    """Rows of 500 are longer than max_vectorize_size: the output's loop over a row is
-    always split (its inner part vectorisable), exp's in half of the sketches."""
-    w = ops.workload("softmax", (4, 500))
-    task = task_of(w.tensors)
-    sketches = SR.generate_sketches(task)
-    assert len(sketches) == 18
-    for s in sketches:
-        assert names(s, "softmax") == ["ax0", "ax1.0", "ax1.1"]
-    assert sorted(names(s, "softmax_exp")[-1] for s in sketches) == ["ax1"] * 9 + ["ax1.1"] * 9
-    for state in SR.sample_programs(task, sketches, 12, np.random.default_rng(3)):
-        inner = state["softmax"].iters[-1]
-        assert inner.name == "ax1.1" and inner.extent <= task.hardware.max_innermost_split_factor
-        assert inner.annotation == "vectorize"
-
-
 def test_a_reduction_is_never_computed_inside_a_loop_its_values_do_not_depend_on():
     """softmax's row max and row sum inside the loop over a row's elements would be
     recomputed 500 times: only the loop over rows (or root) is offered."""
