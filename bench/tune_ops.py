@@ -1,8 +1,7 @@
 """Tune the single-operator suite (and the ConvLayer and TBS subgraphs) of the Ansor paper;
-print each tuned kernel's GFLOPS beside numpy and PyTorch measured in the same run, the
-tuning time split into search, build and run, and the ratio to TVM's MetaSchedule at equal
-trials (TVM 0.27's MetaSchedule measured on this machine on 2026-11-22, as ratios to the
-vendor library measured beside it: ``ANCHORS``).
+print each tuned kernel's GFLOPS beside numpy and PyTorch measured in the same run, and the
+tuning time split into search, build and run. The comparison with TVM's MetaSchedule, tuned
+and re-timed in the same run, is ``bench/vs_metaschedule.py``.
 
     python bench/tune_ops.py --trials N [--workloads GMM C2D-1x7x7x512x512-k3s1p1 ...]
     python bench/tune_ops.py --target cuda --trials N --workloads ...   # on the GPU, beside PyTorch CUDA
@@ -31,19 +30,6 @@ from autosched import ops  # noqa: E402
 from autosched.tune import search_workers  # noqa: E402
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel  # noqa: E402
 
-#: TVM MetaSchedule (measured on this machine on 2026-11-22) as a ratio to the library it was measured beside, with its
-#: tuning seconds: workload -> (baseline, {trials: (ratio, seconds)}). Layouts differ for the
-#: conv2d rows (the anchors ran NCHW), so those compare shapes, not identical programs.
-ANCHORS = {
-    "GMM-1x1024x1024x1024": ("numpy", {64: (160 / 191, 215), 256: (165 / 191, 352)}),
-    "GMM-1x512x512x512": ("numpy", {64: (124 / 188, 38), 256: (169 / 188, 121)}),
-    "C2D-1x14x14x256x256-k3s1p1": ("torch", {64: (106 / 166, 51)}),
-    "C2D-1x7x7x512x512-k3s1p1": ("torch", {64: (73 / 127, 55), 256: (117 / 127, 192)}),
-    "DEP-1x112x112x32-k3s1p1": ("torch", {64: (112 / 53, 58), 256: (102 / 53, 196)}),
-    "T2D-1x4x4x512x256-k4s2p1": ("torch", {64: (66 / 97, 64), 256: (101 / 97, 256)}),
-    "NRM-1x1024x1024": ("numpy", {64: (30 / 26, 45), 256: (30 / 26, 34)}),
-    "CBR-1x56x56x64x128-k3s2p1": ("torch", {64: (148 / 168, 69), 256: (172 / 168, 188)}),
-}
 ABLATION_WORKLOAD = "C2D-1x7x7x512x512-k3s1p1"
 
 
@@ -170,9 +156,8 @@ def at_trials(history, n: int) -> tuple[float, float] | tuple[None, None]:
 def tune_suite(args, names) -> list[dict]:
     table = common.Table(["workload", "trials", "ours GFLOPS", "numpy", "torch", "vs numpy", "vs torch",
                           "search s", "build s", "run s", "search s/round", "measure s/round"])
-    vs_ms = common.Table(["workload", "trials", "ours/base", "MS/base", "ours vs MS", "our tuning s", "MS tuning s"])
     rows = []
-    with tempfile.TemporaryDirectory() as scratch:  # without --log-dir: the logs the checkpoints come from
+    with tempfile.TemporaryDirectory() as scratch:  # the tuning logs, without --log-dir
         for name in names:
             w = ops.suite_workload(name)
             task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=name)
@@ -186,30 +171,20 @@ def tune_suite(args, names) -> list[dict]:
                           result.time_build, result.time_run, *per_round)
                 rows.append(common.json_row(name, trials=result.trials, error="no valid program"))
                 continue
-            history = history_from_log(log, task)
-            checkpoints = _checkpoint_kernels(name, log, task)  # the best after 64, 256 trials (MS's)
-            secs, numpy_s, torch_s = compare_speeds([result.kernel, *checkpoints.values()], task.dag, w)
+            secs, numpy_s, torch_s = compare_speeds([result.kernel], task.dag, w)
             ours, nf, tf = (common.gflops(w.flops, t) for t in (secs[0], numpy_s, torch_s))
             table.add(name, result.trials, ours, nf, tf, common.ratio(ours, nf), common.ratio(ours, tf),
                       result.time_search, result.time_build, result.time_run, *per_round)
-            ours_at = {n: (common.gflops(w.flops, t), at_trials(history, n)[1]) for n, t in zip(checkpoints, secs[1:])}
-            comparisons = _vs_anchor(name, ours_at, nf, tf)
-            for n, c in comparisons.items():
-                vs_ms.add(name, n, c["ours_vs_base"], c["ms_vs_base"], c["ours_vs_ms"], c["ours_s"], c["ms_s"])
             if not args.json_only:  # a line as each workload ends: a long suite run killed midway keeps them
                 print(f"{name}: {ours:.1f} GFLOPS after {result.trials} trials; numpy {nf or 0:.1f}, "
                       f"torch {tf or 0:.1f}", flush=True)
-            rows.append(common.json_row(name, ours, nf, tf, trials=result.trials, vs_ms=comparisons,
+            rows.append(common.json_row(name, ours, nf, tf, trials=result.trials,
                                         search_s=result.time_search, build_s=result.time_build,
                                         run_s=result.time_run, search_s_per_round=per_round[0],
                                         measure_s_per_round=per_round[1],
                                         wall_s=result.time_search + result.time_measure, history=result.history))
     if not args.json_only:
         table.print()
-        if vs_ms.rows:
-            print("\nvs TVM MetaSchedule at equal trials (each as a ratio to the same vendor library; ours: the "
-                  "best program after that many trials, re-timed in this run; MS from ANCHORS):")
-            vs_ms.print()
     return rows
 
 
@@ -289,36 +264,6 @@ def tune_suite_cuda(args, names) -> list[dict]:
     if not args.json_only:
         table.print()
     return rows
-
-
-def _checkpoint_kernels(name, log, task) -> dict:
-    """Trials -> the kernel of the best program after that many trials, for each trial
-    count MetaSchedule was measured at (and the log reaches)."""
-    out = {}
-    for n in ANCHORS.get(name, (None, {}))[1]:
-        rec = best_record_at(log, task, n)
-        if rec is not None:
-            out[n] = ir.build(task.dag, rec.state(task.dag), layout_rewrite=rec.layout_rewrite)
-    return out
-
-
-def _vs_anchor(name, ours_at, numpy_gflops, torch_gflops) -> dict:
-    """Per trial count MetaSchedule was measured at: our best GFLOPS then relative to
-    MetaSchedule's, each as a ratio to the same vendor library (ours re-timed in this run,
-    theirs in ANCHORS), and both tuning times. ``ours_at``: trials -> (GFLOPS, tuning
-    seconds) of our best program after that many trials."""
-    anchor = ANCHORS.get(name)
-    if anchor is None:
-        return {}
-    base = numpy_gflops if anchor[0] == "numpy" else torch_gflops
-    out = {}
-    for n, (ms_ratio, ms_s) in anchor[1].items():
-        if n not in ours_at or not base:
-            continue
-        ours, ours_s = ours_at[n]
-        out[n] = {"ours_vs_base": ours / base, "ms_vs_base": ms_ratio, "ours_vs_ms": ours / base / ms_ratio,
-                  "ours_s": ours_s, "ms_s": ms_s}
-    return out
 
 
 def _params(args) -> SearchParams:

@@ -237,15 +237,38 @@ class Simplifier:
         if e.op == "%":
             if 0 <= lo and hi < c:
                 return rest
-            return _atom(E.Binary("%", rest.to_expr(e.dtype), E.Const(c, e.dtype)))
-        if lo != -INF and hi != INF and lo // c == hi // c:
+        elif lo != -INF and hi != INF and lo // c == hi // c:
             return quotient.add(Affine({}, lo // c))
+        aligned = self._aligned_split(rest, c)
+        if aligned is not None:  # (g·B + S) // c == B // (c/g) and % c == (B % (c/g))·g + S
+            big, small, g = aligned
+            part = self.affine(E.Binary(e.op, big.to_expr(e.dtype), E.Const(c // g, e.dtype)))
+            return quotient.add(part) if e.op == "//" else part.scale(g).add(small)
+        if e.op == "%":
+            return _atom(E.Binary("%", rest.to_expr(e.dtype), E.Const(c, e.dtype)))
         inner = rest.to_expr(e.dtype)
         # (x // a) // b == x // (a * b) for positive a, b
         if isinstance(inner, E.Binary) and inner.op == "//" and isinstance(inner.b, E.Const) and inner.b.value > 0:
             inner = E.Binary("//", inner.a, E.Const(inner.b.value * c, e.dtype))
             return quotient.add(_atom(inner))
         return quotient.add(_atom(E.Binary("//", inner, E.Const(c, e.dtype))))
+
+    def _aligned_split(self, rest: Affine, c: int):
+        """``(B, S, g)`` with ``rest == g·B + S``, ``g > 1`` dividing ``c`` and ``0 <= S < g``
+        on the bounds (a split loop's outer part times its factor plus its inner part:
+        ``(8·co.0 + co.1) // 32 == co.0 // 4``), or None. The terms with the largest
+        coefficients go to B."""
+        terms = sorted(rest.terms.items(), key=lambda kv: -abs(kv[1][1]))
+        for k in range(1, len(terms) + 1):
+            g = math.gcd(c, *(coef for _, (_, coef) in terms[:k]))
+            if g == 1:
+                break
+            small = Affine(dict(terms[k:]), rest.const)
+            lo, hi = small.interval(self.bounds)
+            if 0 <= lo and hi < g:
+                big = Affine({key: [atom, coef // g] for key, (atom, coef) in terms[:k]}, 0)
+                return big, small, g
+        return None
 
     # general ---------------------------------------------------------------------------
     def _simplify(self, e: E.Expr) -> E.Expr:

@@ -9,6 +9,8 @@ from dataclasses import replace
 import numpy as np
 
 import ir
+from ir import expr as E
+from ir.bounds import expand_reads
 from ir.steps import SplitStep
 
 from . import analysis as A
@@ -110,19 +112,38 @@ def compute_location_choices(state: ir.State, stage_id: int) -> list:
 
 def compute_location_candidates(state: ir.State, stage_id: int) -> list[tuple[int, int]]:
     """Loops of the single consumer before its first reduce loop (none vectorised), and
-    the loops of the stage that consumer is computed in, up to its attach point."""
+    the loops of the stage that consumer is computed in, up to its attach point. A
+    reduction stops at the first consumer loop its values do not depend on (softmax's
+    row sum inside the loop over a row's elements): inside it, it would be recomputed on
+    every iteration for the same values, a cost of that loop's extent times the reduction."""
     consumers = state.consumers(stage_id)
     if len(consumers) != 1:
         return []
     target = consumers[0]
+    reading = _reading_loop_vars(state, stage_id, target) if state.stages[stage_id].reduce_axes else None
     out = []
     for pos, it in enumerate(state.stages[target].iters):
         if it.kind == "reduce" or it.annotation == "vectorize":
+            break
+        if reading is not None and id(it.var) not in reading:
             break
         out.append((target, pos))
     tst = state.stages[target]
     if tst.compute_at == "iter":
         out.extend((tst.attach[0], p) for p in range(tst.attach[1] + 1))
+    return out
+
+
+def _reading_loop_vars(state: ir.State, stage_id: int, target: int) -> set[int]:
+    """Ids of the loop variables of ``target`` on which the part of stage ``stage_id``
+    that ``target`` reads depends (through inlined stages)."""
+    tst = state.stages[target]
+    reads = expand_reads(state, tst.body, state.stages[stage_id].op.output)
+    used_axes = {id(v) for indices in reads for i in indices for v in E.free_vars(i)}
+    out: set[int] = set()
+    for axis, value in zip(tst.all_axes, tst.axis_values):
+        if id(axis) in used_axes:
+            out |= {id(v) for v in E.free_vars(value)}
     return out
 
 

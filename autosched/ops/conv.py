@@ -139,6 +139,9 @@ def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None
         raise ValueError(f"{what}: padding {pads} is too large for input {in_sp} with kernel {kernel} "
                          f"and stride {stride}; output would be {out_sp}")
     offsets = [k - 1 - p for k, p in zip(kernel, padding)]
+    if any(st > 1 for st in stride):
+        return _conv_transpose_by_phase(data, weight, lay, n, kernel, stride, offsets, in_sp, out_sp, ci, co,
+                                        name, layout)
     # positions of the dilated input past its last pixel that the windows read (asymmetric padding)
     overhang = [o + k - 2 - off - (i - 1) * s for o, k, off, i, s in zip(out_sp, kernel, offsets, in_sp, stride)]
 
@@ -175,6 +178,39 @@ def conv2d_transpose(data, weight, stride=1, padding=0, layout="NHWC", name=None
         return ir.sum(x * weight[(rc, c_out, *flipped)], axis=[rc, *rk])
 
     tag = f"conv{sd}d_transpose_{layout.lower()}"
+    return ir.compute(lay.shape(n, co, out_sp), body, name=name or tag, tag=tag)
+
+
+def _conv_transpose_by_phase(data, weight, lay, n, kernel, stride, offsets, in_sp, out_sp, ci, co, name, layout):
+    """A strided transposed convolution without its zeros: of the kernel taps over the
+    dilated input only every stride-th meets an input pixel, which ones depending on the
+    output position's phase (o − offset) mod s. Output o reads input
+    q = ⌈(o − offset) / s⌉ + j with the flipped kernel's tap r = (offset − o) mod s + s·j,
+    for j < ⌈k / s⌉: 1/s of the dilated form's multiply-adds per strided dimension (the
+    zeros TVM's form multiplies unless an unrolled loop folds its condition)."""
+    taps = [-(-k // st) for k, st in zip(kernel, stride)]
+    rc = ir.reduce_axis(ci, "rc")
+    rk = reduce_axes(taps, lay)
+
+    def body(*idx):
+        n_, c_out, sp = lay.unpack(idx)
+        conds, src, tap = [], [], []
+        for o, j, off, st, k, t, size, out in zip(sp, rk, offsets, stride, kernel, taps, in_sp, out_sp):
+            r = (off - o) % st + j * st if st > 1 else j
+            q = (o - off + st - 1) // st + j if st > 1 else o - off + j
+            if st * t > k:  # the last tap runs past the kernel for some phases
+                conds.append(r < k)
+            if off // st > 0:  # ⌈(0 − off) / s⌉ < 0: the first outputs start before the input
+                conds.append(q >= 0)
+            if -((off - out + 1) // st) + t - 1 >= size:  # the last ones read past its end
+                conds.append(q < size)
+            src.append(q)
+            tap.append(k - 1 - r)
+        w = weight[(*tap, rc, c_out)] if lay.channel_last else weight[(rc, c_out, *tap)]
+        term = data[lay.index(n_, rc, src)] * w
+        return ir.sum(ir.select(ir.all_of(conds), term, 0) if conds else term, axis=[*rk, rc])
+
+    tag = f"conv{lay.spatial_dims}d_transpose_{layout.lower()}"
     return ir.compute(lay.shape(n, co, out_sp), body, name=name or tag, tag=tag)
 
 

@@ -108,6 +108,9 @@ def test_vars_work_as_dict_keys():
     (lambda i, j: (i + 3) - (i + 1) + j * 0, {}, "2"),
     (lambda i, j: ((i * 6 + j) // 2) // 3, {"j": (0, 5)}, "i"),
     (lambda i, j: i * 4 + i * 2 - j + j, {}, "(i * 6)"),
+    # a split channel axis over groups of 32 (grouped conv): lane-invariant inside the vector
+    (lambda i, j: ((i * 8 + j) // 32) * 16, {"j": (0, 7)}, "((i // 4) * 16)"),
+    (lambda i, j: (i * 8 + j) % 32, {"j": (0, 7)}, "(((i % 4) * 8) + j)"),
 ])
 def test_simplifier(expr_fn, bounds, expected):
     i, j = E.Var("i"), E.Var("j")
@@ -124,6 +127,20 @@ def test_simplified_index_matches_numpy_on_all_points():
         for jv in range(4):
             env = {"i": iv, "j": jv}
             assert _eval(s, env) == _eval(e, env)
+
+
+@pytest.mark.parametrize("a, c, j_hi", [(8, 32, 7), (8, 32, 8), (6, 4, 1), (12, 18, 5), (4, 6, 1), (3, 9, 2)])
+def test_division_of_a_split_axis_matches_numpy_on_all_points(a, c, j_hi):
+    """(a·i + j + off) // c and % c for j in [0, j_hi]: exact where the aligned split
+    applies and where it must not (j + off reaches the next multiple of gcd(a, c))."""
+    i, j = E.Var("i"), E.Var("j")
+    for op, off in [("//", 0), ("%", 0), ("//", 1), ("%", 1)]:
+        e = E.Binary(op, i * a + j + off, E.const(c))
+        s = simplify(e, {i: (-20, 20), j: (0, j_hi)})
+        for iv in range(-20, 21):
+            for jv in range(j_hi + 1):
+                env = {"i": iv, "j": jv}
+                assert _eval(s, env) == _eval(e, env), (op, str(s), env)
 
 
 def _eval(e, env):

@@ -164,6 +164,22 @@ def test_a_read_at_an_index_from_data_is_checked_at_run_time(schedule):
             kernel.time(x, idx, out, number=2, repeat=1)
 
 
+@pytest.mark.parametrize("axis", ["i", "j"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_a_read_at_an_index_from_data_under_a_vector_mask(axis, index_dtype):
+    """A split that does not divide (6 by 4) masks the last vector: the read of the index
+    (lane-invariant or gathered) and the read it addresses are masked loads/gathers."""
+    D = ir.placeholder((10, 6), name="D")
+    idx = ir.placeholder((6,), index_dtype, name="I")
+    O = ir.compute((6, 6), lambda i, j: D[idx[i], j], name="O")
+    dag = ir.ComputeDAG([D, idx, O])
+    kernel = ir.build(dag, dag.init_state().split("O", axis, [4]).vectorize("O", f"{axis}.1"))
+    d, out = RNG.random((10, 6)).astype("float32"), np.zeros((6, 6), "float32")
+    i = np.array([3, 0, 9, 5, 9, 1], index_dtype)
+    kernel(d, i, out)
+    np.testing.assert_array_equal(out, d[i])
+
+
 def test_an_affine_read_the_build_cannot_decide_is_checked_at_run_time():
     n = 1000  # too many points to search them all, and no corner of the domain is wrong
     X = ir.placeholder((n,), name="X")

@@ -12,6 +12,7 @@ WORKLOADS = {
     "conv_layer": lambda: ops.workload("conv_layer", 1, 8, 8, 4, 8, 3, stride=1, padding=1),
     "norm": lambda: ops.suite_workload("NRM-1x48x40"),
     "softmax": lambda: ops.workload("softmax", (6, 40)),
+    "softmax-long-rows": lambda: ops.workload("softmax", (3, 500)),
     "tbs": lambda: ops.suite_workload("TBS-1x16x2x8"),
 }
 

@@ -136,6 +136,22 @@ def test_softmax_rfactors_both_reductions_and_keeps_exp():
     assert n_rf == [0, 1, 1, 1, 1, 2, 2, 2, 2]
 
 
+def test_a_reduction_is_never_computed_inside_a_loop_its_values_do_not_depend_on():
+    """softmax's row max and row sum inside the loop over a row's elements would be
+    recomputed 500 times: only the loop over rows (or root) is offered."""
+    w = ops.workload("softmax", (4, 500))
+    state = ir.ComputeDAG(w.tensors).init_state()
+    exp, out = state.stage_index("softmax_exp"), state.stage_index("softmax")
+    assert SR.compute_location_choices(state, state.stage_index("softmax_maxelem")) == ["root", (exp, 0)]
+    assert SR.compute_location_choices(state, state.stage_index("softmax_expsum")) == ["root", (out, 0)]
+    # an elementwise producer may still go anywhere before the reduce loops
+    A, B, C = matmul()
+    D = ir.compute((32, 32), lambda i, j: A[i, j] * 2.0, name="D")
+    E = ir.compute((32, 32), lambda i, j: D[i, j] + C[i, j], name="E")
+    state = ir.ComputeDAG([A, B, E]).init_state()
+    assert SR.compute_location_choices(state, state.stage_index("D")) == ["root", "inline", (4, 0), (4, 1)]
+
+
 def test_tbs_inlines_transposes_and_combines_matmul_and_softmax_sketches():
     w = ops.suite_workload("TBS-1x16x2x8")
     sketches = SR.generate_sketches(task_of(w.tensors))
