@@ -135,7 +135,7 @@ def stage_names_along(dag, steps) -> list[str | None]:
 def _insert_stage(state: State, index: int, stage) -> State:
     """Insert a stage at ``index``; attach points to later stages are renumbered."""
     stages = []
-    for st in state.stages:
+    for st in state.raw_stages:
         if st.compute_at == "iter" and st.attach[0] >= index:
             st = replace(st, attach=(st.attach[0] + 1, st.attach[1]))
         stages.append(st)
@@ -386,7 +386,7 @@ class CacheReadStep(Step):
     reader_stage_ids: tuple
 
     def apply(self, state):
-        st = state.stages[state.stage_index(self.stage_id)]
+        st = state.raw_stages[state.stage_index(self.stage_id)]
         check(st.compute_at == "root" or st.is_placeholder,
               f"cache_read: stage '{st.name}' is {'inlined' if st.compute_at == 'inline' else 'computed inside another'}"
               "; only a tensor stored at root can be cached")
@@ -407,7 +407,7 @@ class CacheReadStep(Step):
             return None
 
         for r in self.reader_stage_ids:
-            rs = state.stages[r]
+            rs = state.raw_stages[r]
             state = state.with_stage(r, replace(rs, body=E.transform(rs.body, redirect)))
         state = _insert_stage(state, self.added_stage()[0], make_stage(cache_op, origin="cache_read"))
         return _finish(state, self)
