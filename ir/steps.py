@@ -305,9 +305,9 @@ class ComputeAtStep(Step):
         outside = [c for c in consumers if c != self.target_stage_id and c not in inside]
         check(self.target_stage_id in consumers or (consumers and not outside),
               f"compute_at: stage '{target.name}' does not consume '{st.name}' "
-              f"(its consumers are {[state.stages[c].name for c in consumers]})")
+              f"(its consumers are {[state.raw_stages[c].name for c in consumers]})")
         check(not outside,
-              f"compute_at: '{st.name}' is also read by {[state.stages[c].name for c in outside]}, "
+              f"compute_at: '{st.name}' is also read by {[state.raw_stages[c].name for c in outside]}, "
               f"which are not computed inside '{target.name}' at iterator {self.target_iter_id}")
         st = replace(st, compute_at="iter", attach=(self.target_stage_id, self.target_iter_id))
         state = replace(state.with_stage(self.stage_id, st), bounds_stale=True)
@@ -338,7 +338,7 @@ class ComputeInlineStep(Step):
         check(not any(t.op is st.op for t in state.dag.tensors),
               f"compute_inline: '{st.name}' is an argument of the kernel and must be stored")
         check(not state.attached_to(self.stage_id),
-              f"compute_inline: stages {[state.stages[c].name for c in state.attached_to(self.stage_id)]} "
+              f"compute_inline: stages {[state.raw_stages[c].name for c in state.attached_to(self.stage_id)]} "
               f"are computed inside '{st.name}'")
         state = state.with_stage(self.stage_id, replace(st, compute_at="inline", attach=None))
         return _finish(state, self)
@@ -394,7 +394,7 @@ class CacheReadStep(Step):
         check(len(self.reader_stage_ids) >= 1, "cache_read: needs at least one reader stage")
         for r in self.reader_stage_ids:
             check(r in readers, f"cache_read: stage {r} does not read '{st.name}' "
-                                f"(its readers are {[state.stages[x].name for x in readers]})")
+                                f"(its readers are {[state.raw_stages[x].name for x in readers]})")
         tensor = st.op.output
         axes = tuple(E.IterVar(f"ax{d}", 0, n, "space") for d, n in enumerate(tensor.shape))
         cache_op = ComputeOp(f"{st.name}.{self.added_stage()[1]}", tensor.shape, tensor.dtype, axes, tensor[axes],
