@@ -9,9 +9,8 @@ range (always safe, never wrong).
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from . import expr as E
+from .frozen import replace
 from .simplify import Affine, Simplifier, interval, structural_key
 
 

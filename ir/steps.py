@@ -19,13 +19,14 @@ Checklist for adding a step:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from typing import TYPE_CHECKING
 
 from . import expr as E
 from .bounds import scope_stages
+from .frozen import replace
 from .loops import LoopTransform, check, position_map
 from .stage import make_stage
 from .tensor import ComputeOp
