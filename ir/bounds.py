@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import expr as E
 from .frozen import replace
+from .memo import IdentityMemo
 from .simplify import Affine, Simplifier, interval, structural_key
 
 
@@ -82,43 +83,27 @@ def scope_stages(state, target: int, pos: int) -> list[int]:
     return out
 
 
-class _RegionMemo:
-    """Regions inferred once for what they depend on: the attached stage's operation and
-    attach point, and the loops and bodies of the stages that read it there (and of the
-    inlined stages those read through). Programs of one sketch share their loops (see
-    ``stage``), so a mutation that leaves a stage's consumers alone finds its region here.
-    Entries keep their key objects alive, so the ids in the keys stay theirs."""
-
-    def __init__(self, limit: int = 50_000):
-        self.limit = limit
-        self.entries: dict = {}
-
-    def region(self, state, index: int):
-        st = state.stages[index]
-        if storage_scope(st) == SHARED_SCOPE:  # depends on the thread loops of every stage
-            return tuple(tuple(x) for x in _infer_region(state, index))
-        target_idx, pos = st.attach
-        readers = [target_idx] + [c for c in scope_stages(state, target_idx, pos) if c != index]
-        keep = [st.op, st.body, *st.all_axes] + [x for c in readers for x in (state.stages[c].loops, state.stages[c].body)] + \
-            [x for s in state.stages if s.compute_at == "inline" for x in (s.op, s.body)]
-        key = (st.attach, tuple(readers), tuple(id(x) for x in keep))
-        hit = self.entries.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], keep)):
-            return hit[1]
-        value = tuple(tuple(x) for x in _infer_region(state, index))
-        if len(self.entries) >= self.limit:
-            self.entries.clear()
-        self.entries[key] = (keep, value)
-        return value
-
-
-_REGIONS = _RegionMemo()
+#: regions by what they depend on (see ``infer_region``)
+_REGIONS = IdentityMemo(50_000)
 
 
 def infer_region(state, index: int):
     """Root extents, starts and guard specs (tuples) of attached stage ``index``: the region
-    its consumers inside the attach point (the target and stages computed within it) read."""
-    return _REGIONS.region(state, index)
+    its consumers inside the attach point (the target and stages computed within it) read.
+    Memoised by what it depends on: the attached stage's operation, body and axes, and the
+    loops and bodies of the stages that read it there (and of the inlined stages those read
+    through); programs of one sketch share their loops (see ``stage``), so a mutation that
+    leaves a stage's readers alone finds its region here."""
+    st = state.stages[index]
+    if storage_scope(st) == SHARED_SCOPE:  # depends on the thread loops of every stage
+        return tuple(tuple(x) for x in _infer_region(state, index))
+    target_idx, pos = st.attach
+    readers = [target_idx] + [c for c in scope_stages(state, target_idx, pos) if c != index]
+    sources = [st.op, st.body, *st.all_axes] + \
+        [x for c in readers for x in (state.stages[c].loops, state.stages[c].body)] + \
+        [x for s in state.stages if s.compute_at == "inline" for x in (s.op, s.body)]
+    return _REGIONS.get(sources, (st.attach, tuple(readers)),
+                        lambda: tuple(tuple(x) for x in _infer_region(state, index)))
 
 
 def _infer_region(state, index: int):

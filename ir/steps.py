@@ -28,6 +28,7 @@ from . import expr as E
 from .bounds import scope_stages
 from .frozen import replace
 from .loops import LoopTransform, check, position_map
+from .memo import IdentityMemo
 from .stage import make_stage
 from .tensor import ComputeOp
 
@@ -93,32 +94,11 @@ def steps_from_json(text: str) -> list[Step]:
     return [Step.from_record(r) for r in json.loads(text)]
 
 
-class _SharedMade:
-    """What a step that adds a stage makes (the new operation, its stage, the rewritten
-    bodies), made once per source and shared by every replay: programs of one sketch then
-    keep the same operations and root loops, so the loops derived from them
-    (``stage._LOOP_MEMO``) and the features of nests they did not change are shared too.
-    Entries keep their source objects alive, so the ids in the keys stay theirs."""
-
-    def __init__(self, limit: int = 20_000):
-        self.limit = limit
-        self.entries: dict = {}
-
-    def get(self, sources: tuple, extra, make):
-        """``make()``, or what it made before for the same ``sources`` (by identity) and
-        ``extra`` (by value)."""
-        key = (tuple(id(s) for s in sources), extra)
-        hit = self.entries.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
-            return hit[1]
-        value = make()
-        if len(self.entries) >= self.limit:
-            self.entries.clear()
-        self.entries[key] = (sources, value)
-        return value
-
-
-_SHARED = _SharedMade()
+#: what a step that adds a stage makes (the new operation, its stage, the rewritten bodies),
+#: made once per source and shared by every replay: programs of one sketch then keep the
+#: same operations and root loops, so the loops derived from them (``stage._LOOP_MEMO``)
+#: and the features of nests they did not change are shared too
+_SHARED = IdentityMemo(20_000)
 
 
 def _finish(state: State, step: Step) -> State:
@@ -398,7 +378,8 @@ class CacheWriteStep(Step):
         def make():
             cache_op = ComputeOp(f"{op.name}.{self.scope}", op.shape, op.dtype, st.axes, st.body, op.tag, op.attrs)
             copy_body = cache_op.output[tuple(st.axes)]
-            return make_stage(op, body=copy_body, axes=st.axes, reduce_axes=()), make_stage(cache_op, origin="cache_write")
+            main = make_stage(op, body=copy_body, axes=st.axes, reduce_axes=())
+            return main, make_stage(cache_op, origin="cache_write")
 
         main, cache = _SHARED.get((op, st.body) + tuple(st.axes), ("cache_write", self.scope), make)
         new_main = replace(main, origin=st.origin, auto_unroll_max_step=st.auto_unroll_max_step)
