@@ -8,6 +8,7 @@ time, with regions settled after every step.
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import ir
 import sketch_rules as SR
 from autosched import ops
 from evolution import Crossover, FeatureExtractor
+from evolution.evolve import fewer_gc_passes
 from evolution.genes import sketch_length
 from evolution.mutation import CPU_MUTATION_WEIGHTS, mutate_by
 from ir import bounds, stage, steps
@@ -124,3 +126,17 @@ def test_frozen_replace_is_dataclasses_replace_and_forgets_the_cached_key():
         replace(st, colour="red")
     with pytest.raises(TypeError, match="_key"):
         replace(state, _key="x")
+
+
+def test_fewer_gc_passes_raises_the_threshold_inside_only():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with fewer_gc_passes(5000):
+            assert gc.get_threshold() == (5000, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0, 10, 10)
+        with fewer_gc_passes(5000):
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)
