@@ -52,8 +52,8 @@ elements over loops ``l..n-1``):
   linearly interpolated at 10 evenly spaced points up to the statement's total log2 flops.
 - every value passes through ``slog(x) = sign(x) * log2(|x| + 1)``.
 
-Extraction caches the rows of each root loop nest, keyed by the identity of the stages
-that make it: States made from one another share unchanged stages, so evolution pays only
+Extraction caches the rows of each root loop nest, keyed by what its stages are made of
+(their loops, which replays of one sketch share, bodies and locations): evolution pays only
 for the nests a mutation touched.
 """
 from __future__ import annotations
@@ -851,11 +851,21 @@ def _lowering(state, layout_rewrite: bool, simplify: bool, gpu_hardware=None):
     return lowering
 
 
+def _made_of(index: int, st) -> tuple[tuple, tuple]:
+    """(signature, objects) of stage ``index`` in a nest: everything its lowering reads.
+    Its loops stand for its operation, axes and root region (derived loops are shared, see
+    ``ir.stage``, and made for one operation, axes and root only); the objects (loops and
+    body) are compared by identity, and kept alive with the cache entry."""
+    return ((index, id(st.loops), id(st.body), st.compute_at, st.attach, st.auto_unroll_max_step, st.origin,
+             st.region_guard_specs), (st.loops, st.body))
+
+
 class FeatureExtractor:
-    """Features of States, caching the rows of every root loop nest by the identity of the
-    stages it is made of (plus the inlined stages it may read). ``max_entries`` bounds the
-    cache; ``stats`` counts hits and misses. ``simplify=True`` lowers exactly as ``ir.lower``
-    (slower; for checking the fast path)."""
+    """Features of States, caching the rows of every root loop nest by what it is made of
+    (the loops, bodies and locations of its stages, and the inlined stages it may read),
+    so that programs replayed from steps share the rows of the nests they did not change.
+    ``max_entries`` bounds the cache; ``stats`` counts hits and misses. ``simplify=True``
+    lowers exactly as ``ir.lower`` (slower; for checking the fast path)."""
 
     def __init__(self, max_entries: int = 50000, simplify: bool = False):
         self.max_entries = max_entries
@@ -887,33 +897,37 @@ class FeatureExtractor:
         stages = state.stages
         subtree: dict = {}
         roots = []
-        inlined = []
+        inline_sig, inline_objs = [], []
         for idx, st in enumerate(stages):
             if st.is_placeholder:
                 continue
             if st.compute_at == "root":
                 roots.append(idx)
             elif st.compute_at == "inline":
-                inlined.append(st)
+                inline_sig.append((idx, id(st.op), id(st.body)))
+                inline_objs += (st.op, st.body)
             else:
                 subtree.setdefault(st.attach[0], []).append(idx)
-        inline_key = tuple(id(s) for s in inlined)
+        context = (layout, line_bytes, self.simplify, hw if gpu else None, tuple(inline_sig))
         parts = []
         lowering = None
         for idx in roots:
-            members = [stages[idx]]
+            sig, objs = _made_of(idx, stages[idx])
+            signature, keep = [sig], list(objs)
             todo = [idx]
             while todo:
                 for child in subtree.get(todo.pop(), ()):
-                    members.append(stages[child])
+                    sig, objs = _made_of(child, stages[child])
+                    signature.append(sig)
+                    keep += objs
                     todo.append(child)
-            key = (layout, line_bytes, self.simplify, hw if gpu else None, inline_key, tuple(id(s) for s in members))
+            keep += inline_objs
+            key = (context, tuple(signature))
             hit = self._cache.get(key)
-            if hit is not None and all(a is b for a, b in zip(hit[0], members)) and \
-                    all(a is b for a, b in zip(hit[1], inlined)):
+            if hit is not None and len(hit[0]) == len(keep) and all(a is b for a, b in zip(hit[0], keep)):
                 self.stats["hits"] += 1
                 self._cache.move_to_end(key)
-                parts.append(hit[2])
+                parts.append(hit[1])
                 continue
             self.stats["misses"] += 1
             if lowering is None:
@@ -921,7 +935,7 @@ class FeatureExtractor:
                 by_name = {st.name: st for st in stages if not st.is_placeholder}
             nest = lowering.stage_nest(idx)
             rows = nest_features(nest, by_name, line_bytes, gpu)
-            self._cache[key] = (tuple(members), tuple(inlined), rows)
+            self._cache[key] = (tuple(keep), rows)
             if len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
             parts.append(rows)

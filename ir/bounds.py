@@ -9,9 +9,9 @@ range (always safe, never wrong).
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from . import expr as E
+from .frozen import replace
+from .memo import IdentityMemo
 from .simplify import Affine, Simplifier, interval, structural_key
 
 
@@ -83,9 +83,30 @@ def scope_stages(state, target: int, pos: int) -> list[int]:
     return out
 
 
+#: regions by what they depend on (see ``infer_region``)
+_REGIONS = IdentityMemo(50_000)
+
+
 def infer_region(state, index: int):
-    """Root extents, starts and guard specs of attached stage ``index``: the region its
-    consumers inside the attach point (the target and stages computed within it) read."""
+    """Root extents, starts and guard specs (tuples) of attached stage ``index``: the region
+    its consumers inside the attach point (the target and stages computed within it) read.
+    Memoised by what it depends on: the attached stage's operation, body and axes, and the
+    loops and bodies of the stages that read it there (and of the inlined stages those read
+    through); programs of one sketch share their loops (see ``stage``), so a mutation that
+    leaves a stage's readers alone finds its region here."""
+    st = state.stages[index]
+    if storage_scope(st) == SHARED_SCOPE:  # depends on the thread loops of every stage
+        return tuple(tuple(x) for x in _infer_region(state, index))
+    target_idx, pos = st.attach
+    readers = [target_idx] + [c for c in scope_stages(state, target_idx, pos) if c != index]
+    sources = [st.op, st.body, *st.all_axes] + \
+        [x for c in readers for x in (state.stages[c].loops, state.stages[c].body)] + \
+        [x for s in state.stages if s.compute_at == "inline" for x in (s.op, s.body)]
+    return _REGIONS.get(sources, (st.attach, tuple(readers)),
+                        lambda: tuple(tuple(x) for x in _infer_region(state, index)))
+
+
+def _infer_region(state, index: int):
     st = state.stages[index]
     target_idx, pos = st.attach
     target = state.stages[target_idx]

@@ -511,7 +511,9 @@ def transform(expr: Expr, fn) -> Expr:
         memo[id(e)] = result
         return result
 
-    return visit(expr)
+    result = visit(expr)
+    visit = None  # the closure refers to itself: let its memo go now, not at the next cyclic GC
+    return result
 
 
 def substitute(expr: Expr, mapping: dict) -> Expr:

@@ -7,10 +7,11 @@ axes sized by bound inference (``bounds``), re-derived whenever its target's loo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import expr as E
 from . import loops as L
+from .frozen import replace
 from .loops import InvalidStep, Iterator, LoopTransform, Loops, check
 from .simplify import structural_key
 from .tensor import ComputeOp, Operation, PlaceholderOp

@@ -6,11 +6,12 @@ State costs nothing (see ``stage`` for how a stage's loops are derived and share
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from . import expr as E
 from . import steps as S
 from .bounds import reinfer
+from .frozen import replace
 from .loops import LEAKS, InvalidStep, check, leaked
 from .stage import Stage, make_stage
 from .state_printer import state_str

@@ -19,14 +19,16 @@ Checklist for adding a step:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from typing import TYPE_CHECKING
 
 from . import expr as E
 from .bounds import scope_stages
+from .frozen import replace
 from .loops import LoopTransform, check, position_map
+from .memo import IdentityMemo
 from .stage import make_stage
 from .tensor import ComputeOp
 
@@ -92,6 +94,13 @@ def steps_from_json(text: str) -> list[Step]:
     return [Step.from_record(r) for r in json.loads(text)]
 
 
+#: what a step that adds a stage makes (the new operation, its stage, the rewritten bodies),
+#: made once per source and shared by every replay: programs of one sketch then keep the
+#: same operations and root loops, so the loops derived from them (``stage._LOOP_MEMO``)
+#: and the features of nests they did not change are shared too
+_SHARED = IdentityMemo(20_000)
+
+
 def _finish(state: State, step: Step) -> State:
     return replace(state, steps=state.steps + (step,))
 
@@ -135,7 +144,7 @@ def stage_names_along(dag, steps) -> list[str | None]:
 def _insert_stage(state: State, index: int, stage) -> State:
     """Insert a stage at ``index``; attach points to later stages are renumbered."""
     stages = []
-    for st in state.stages:
+    for st in state.raw_stages:
         if st.compute_at == "iter" and st.attach[0] >= index:
             st = replace(st, attach=(st.attach[0] + 1, st.attach[1]))
         stages.append(st)
@@ -305,9 +314,9 @@ class ComputeAtStep(Step):
         outside = [c for c in consumers if c != self.target_stage_id and c not in inside]
         check(self.target_stage_id in consumers or (consumers and not outside),
               f"compute_at: stage '{target.name}' does not consume '{st.name}' "
-              f"(its consumers are {[state.stages[c].name for c in consumers]})")
+              f"(its consumers are {[state.raw_stages[c].name for c in consumers]})")
         check(not outside,
-              f"compute_at: '{st.name}' is also read by {[state.stages[c].name for c in outside]}, "
+              f"compute_at: '{st.name}' is also read by {[state.raw_stages[c].name for c in outside]}, "
               f"which are not computed inside '{target.name}' at iterator {self.target_iter_id}")
         st = replace(st, compute_at="iter", attach=(self.target_stage_id, self.target_iter_id))
         state = replace(state.with_stage(self.stage_id, st), bounds_stale=True)
@@ -338,7 +347,7 @@ class ComputeInlineStep(Step):
         check(not any(t.op is st.op for t in state.dag.tensors),
               f"compute_inline: '{st.name}' is an argument of the kernel and must be stored")
         check(not state.attached_to(self.stage_id),
-              f"compute_inline: stages {[state.stages[c].name for c in state.attached_to(self.stage_id)]} "
+              f"compute_inline: stages {[state.raw_stages[c].name for c in state.attached_to(self.stage_id)]} "
               f"are computed inside '{st.name}'")
         state = state.with_stage(self.stage_id, replace(st, compute_at="inline", attach=None))
         return _finish(state, self)
@@ -365,12 +374,17 @@ class CacheWriteStep(Step):
     def apply(self, state):
         st = _fresh_stage_check(state, self.stage_id, "cache_write")
         op = st.op
-        cache_op = ComputeOp(f"{op.name}.{self.added_stage()[1]}", op.shape, op.dtype, st.axes, st.body, op.tag, op.attrs)
-        copy_body = cache_op.output[tuple(st.axes)]
-        new_main = replace(make_stage(op, body=copy_body, axes=st.axes, reduce_axes=()),
-                           origin=st.origin, auto_unroll_max_step=st.auto_unroll_max_step)
+
+        def make():
+            cache_op = ComputeOp(f"{op.name}.{self.scope}", op.shape, op.dtype, st.axes, st.body, op.tag, op.attrs)
+            copy_body = cache_op.output[tuple(st.axes)]
+            main = make_stage(op, body=copy_body, axes=st.axes, reduce_axes=())
+            return main, make_stage(cache_op, origin="cache_write")
+
+        main, cache = _SHARED.get((op, st.body) + tuple(st.axes), ("cache_write", self.scope), make)
+        new_main = replace(main, origin=st.origin, auto_unroll_max_step=st.auto_unroll_max_step)
         state = state.with_stage(self.stage_id, new_main)
-        state = _insert_stage(state, self.added_stage()[0], make_stage(cache_op, origin="cache_write"))
+        state = _insert_stage(state, self.added_stage()[0], cache)
         return _finish(state, self)
 
     def added_stage(self) -> tuple[int, str]:
@@ -386,7 +400,7 @@ class CacheReadStep(Step):
     reader_stage_ids: tuple
 
     def apply(self, state):
-        st = state.stages[state.stage_index(self.stage_id)]
+        st = state.raw_stages[state.stage_index(self.stage_id)]
         check(st.compute_at == "root" or st.is_placeholder,
               f"cache_read: stage '{st.name}' is {'inlined' if st.compute_at == 'inline' else 'computed inside another'}"
               "; only a tensor stored at root can be cached")
@@ -394,12 +408,17 @@ class CacheReadStep(Step):
         check(len(self.reader_stage_ids) >= 1, "cache_read: needs at least one reader stage")
         for r in self.reader_stage_ids:
             check(r in readers, f"cache_read: stage {r} does not read '{st.name}' "
-                                f"(its readers are {[state.stages[x].name for x in readers]})")
+                                f"(its readers are {[state.raw_stages[x].name for x in readers]})")
         tensor = st.op.output
-        axes = tuple(E.IterVar(f"ax{d}", 0, n, "space") for d, n in enumerate(tensor.shape))
-        cache_op = ComputeOp(f"{st.name}.{self.added_stage()[1]}", tensor.shape, tensor.dtype, axes, tensor[axes],
-                             "cache_read", {})
-        cache_tensor = cache_op.output
+        name = f"{st.name}.{self.scope}"
+
+        def make_cache():
+            axes = tuple(E.IterVar(f"ax{d}", 0, n, "space") for d, n in enumerate(tensor.shape))
+            cache_op = ComputeOp(name, tensor.shape, tensor.dtype, axes, tensor[axes], "cache_read", {})
+            return make_stage(cache_op, origin="cache_read")
+
+        cache = _SHARED.get((tensor,), ("cache_read", name), make_cache)
+        cache_tensor = cache.op.output
 
         def redirect(e):
             if isinstance(e, E.TensorRead) and e.tensor is tensor:
@@ -407,9 +426,10 @@ class CacheReadStep(Step):
             return None
 
         for r in self.reader_stage_ids:
-            rs = state.stages[r]
-            state = state.with_stage(r, replace(rs, body=E.transform(rs.body, redirect)))
-        state = _insert_stage(state, self.added_stage()[0], make_stage(cache_op, origin="cache_read"))
+            rs = state.raw_stages[r]
+            body = _SHARED.get((rs.body, tensor, cache_tensor), "read_cache", lambda: E.transform(rs.body, redirect))
+            state = state.with_stage(r, replace(rs, body=body))
+        state = _insert_stage(state, self.added_stage()[0], cache)
         return _finish(state, self)
 
     def added_stage(self) -> tuple[int, str]:
@@ -441,43 +461,52 @@ class RfactorStep(Step):
                   f"rfactor: the space axes of '{st.name}' must not be split or fused before rfactor")
         check(0 <= self.factor_iter_id <= len(st.axes),
               f"rfactor: factor_iter_id must be in 0..{len(st.axes)}, got {self.factor_iter_id}")
-        # the rf stage: space = original space axes + the factored loop; reduce = other reduce loops
-        new_space = [E.IterVar(ax.name, 0, ax.extent, "space") for ax in st.axes]
-        f_axis = E.IterVar(factor.name.replace(".", "_"), 0, factor.extent, "space")
-        new_space.insert(self.factor_iter_id, f_axis)
-        red_iters = [it for it in st.iters if it.kind == "reduce" and it is not factor]
-        new_reduce = tuple(E.IterVar(it.name.replace(".", "_"), 0, it.extent, "reduce") for it in red_iters)
-        var_map = {factor.var: f_axis}
-        for it, ax in zip(red_iters, new_reduce):
-            var_map[it.var] = ax
-        space_new = [a for a in new_space if a is not f_axis]
-        for ax, value, new_ax in zip(st.axes, st.axis_values, space_new):
-            var_map[value] = new_ax
-        axis_map = {ax: E.substitute(val, var_map) for ax, val in zip(st.all_axes, st.axis_values)}
-        source = E.substitute(body.source, axis_map)
-        conds = [E.substitute(g, var_map) for g in st.guards]
-        if body.condition is not None:
-            conds.append(E.substitute(body.condition, axis_map))
-        cond = E.all_of(conds) if conds else None
-        if new_reduce:
-            rf_body = E.Reduce(body.combiner, source, new_reduce, cond)
-        else:
-            rf_body = source if cond is None else E.Select(cond, source, body.identity())
-        op = st.op
-        rf_shape = tuple(a.extent for a in new_space)
-        rf_op = ComputeOp(f"{op.name}.{self.added_stage()[1]}", rf_shape, op.dtype, tuple(new_space), rf_body, op.tag, op.attrs)
-        r = E.IterVar(f"{factor.name.replace('.', '_')}_v", 0, factor.extent, "reduce")
-        idx = list(st.axes)
-        idx.insert(self.factor_iter_id, r)
-        main_body = E.Reduce(body.combiner, rf_op.output[tuple(idx)], (r,), None)
-        new_main = replace(make_stage(op, body=main_body, axes=st.axes, reduce_axes=(r,)), origin=st.origin,
-                           auto_unroll_max_step=st.auto_unroll_max_step)
+        main, rf = _SHARED.get((st.op, st.body, st.loops) + tuple(st.axes),
+                               ("rfactor", self.iter_id, self.factor_iter_id, st.region_guard_specs),
+                               lambda: _rfactor_stages(st, factor, self.factor_iter_id))
+        new_main = replace(main, origin=st.origin, auto_unroll_max_step=st.auto_unroll_max_step)
         state = state.with_stage(self.stage_id, new_main)
-        state = _insert_stage(state, self.added_stage()[0], make_stage(rf_op, origin="rfactor"))
+        state = _insert_stage(state, self.added_stage()[0], rf)
         return _finish(state, self)
 
     def added_stage(self) -> tuple[int, str]:
         return self.stage_id, "rf"
+
+
+def _rfactor_stages(st, factor, factor_iter_id: int):
+    """The stages rfactor makes of stage ``st`` factoring loop ``factor``: the main stage
+    (its origin and pragma still to be set) and the rf stage."""
+    body = st.body
+    # the rf stage: space = original space axes + the factored loop; reduce = other reduce loops
+    new_space = [E.IterVar(ax.name, 0, ax.extent, "space") for ax in st.axes]
+    f_axis = E.IterVar(factor.name.replace(".", "_"), 0, factor.extent, "space")
+    new_space.insert(factor_iter_id, f_axis)
+    red_iters = [it for it in st.iters if it.kind == "reduce" and it is not factor]
+    new_reduce = tuple(E.IterVar(it.name.replace(".", "_"), 0, it.extent, "reduce") for it in red_iters)
+    var_map = {factor.var: f_axis}
+    for it, ax in zip(red_iters, new_reduce):
+        var_map[it.var] = ax
+    space_new = [a for a in new_space if a is not f_axis]
+    for ax, value, new_ax in zip(st.axes, st.axis_values, space_new):
+        var_map[value] = new_ax
+    axis_map = {ax: E.substitute(val, var_map) for ax, val in zip(st.all_axes, st.axis_values)}
+    source = E.substitute(body.source, axis_map)
+    conds = [E.substitute(g, var_map) for g in st.guards]
+    if body.condition is not None:
+        conds.append(E.substitute(body.condition, axis_map))
+    cond = E.all_of(conds) if conds else None
+    if new_reduce:
+        rf_body = E.Reduce(body.combiner, source, new_reduce, cond)
+    else:
+        rf_body = source if cond is None else E.Select(cond, source, body.identity())
+    op = st.op
+    rf_shape = tuple(a.extent for a in new_space)
+    rf_op = ComputeOp(f"{op.name}.rf", rf_shape, op.dtype, tuple(new_space), rf_body, op.tag, op.attrs)
+    r = E.IterVar(f"{factor.name.replace('.', '_')}_v", 0, factor.extent, "reduce")
+    idx = list(st.axes)
+    idx.insert(factor_iter_id, r)
+    main_body = E.Reduce(body.combiner, rf_op.output[tuple(idx)], (r,), None)
+    return make_stage(op, body=main_body, axes=st.axes, reduce_axes=(r,)), make_stage(rf_op, origin="rfactor")
 
 
 __all__ = ["Step", "STEP_TYPES", "steps_to_json", "steps_from_json", "stage_names_along"] + \
