@@ -8,6 +8,7 @@ to the executor (``WorkerPool`` kills and replaces the worker).
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import statistics
@@ -98,17 +99,30 @@ def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rew
 
 # the reference -------------------------------------------------------------------------
 
+def _fresh_reference(task_key: str, task_payload: bytes, seed: int) -> Reference:
+    """The task's reference computed now, and kept in this process for its run jobs."""
+    dag = task_of(task_key, task_payload).dag
+    return _remember(_references, (task_key, seed), compute_reference(dag, seed), 4)
+
+
 def reference_job(task_key: str, task_payload: bytes, seed: int, path: str | None) -> float:
     """Compute the task's reference (its naive program on random inputs), keep it in this
     process and save it to ``path`` for the other workers; returns the seconds it took."""
     t0 = time.perf_counter()
-    task = task_of(task_key, task_payload)
-    ref = _remember(_references, (task_key, seed), compute_reference(task.dag, seed), 4)
+    ref = _fresh_reference(task_key, task_payload, seed)
     if path:
         tmp = f"{path}.{os.getpid()}.tmp.npz"
         ref.save(tmp)
         os.replace(tmp, path)
     return _elapsed(t0)
+
+
+def reference_bytes_job(task_key: str, task_payload: bytes, seed: int) -> bytes:
+    """``reference_job`` for runners on other machines: the reference file's bytes."""
+    ref = _fresh_reference(task_key, task_payload, seed)
+    buffer = io.BytesIO()
+    ref.save(buffer)
+    return buffer.getvalue()
 
 
 def _reference(task_key: str, dag, seed: int, path: str | None) -> Reference:

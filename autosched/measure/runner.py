@@ -78,7 +78,7 @@ class LocalRunner:
         self.memory_limit = memory_limit
         self._own = executor is None
         self._executor = executor
-        self._references: dict[str, str | None] = {}  # task key -> reference file (None: unverified)
+        self._references: dict = {}  # task key -> what run jobs find the reference by (None: unverified)
         self._dir: str | None = None
         self._cleanup = None
 
@@ -97,26 +97,32 @@ class LocalRunner:
         return self._executor
 
     # the reference of each task ------------------------------------------------------------
-    def _reference(self, task) -> str | None:
-        """The reference file of ``task`` (computed on first use); None if that failed."""
-        key, payload = task_payload(task)
+    def _reference(self, task):
+        """What a run job is given to find ``task``'s reference (computed on first use; see
+        ``_compute_reference``); None if that failed."""
+        key, _ = task_payload(task)
         if key not in self._references:
-            path = os.path.join(self._reference_dir(), f"{key}-{self.options.seed}.npz")
-            future = submit(self.executor, self.reference_timeout, reference_job, key, payload,
-                            self.options.seed, path)
-            got: list = [None]
-            collect(self.executor, [future], self.reference_timeout, lambda i, f: got.__setitem__(0, f))
             try:
-                if got[0] is None:
-                    raise TimeoutError(f"it took longer than {self.reference_timeout:g} s")
-                got[0].result()
-                self._references[key] = path
+                self._references[key] = self._compute_reference(task)
             except Exception as err:
                 warnings.warn(f"autosched: the reference (naive program) of task {task!r} failed "
                               f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
                               "its programs are timed WITHOUT verification", RuntimeWarning, stacklevel=3)
                 self._references[key] = None
         return self._references[key]
+
+    def _compute_reference(self, task) -> str:
+        """Compute ``task``'s reference in a worker, saved to a file that the run jobs read
+        (its path); raises if that fails."""
+        key, payload = task_payload(task)
+        path = os.path.join(self._reference_dir(), f"{key}-{self.options.seed}.npz")
+        future = submit(self.executor, self.reference_timeout, reference_job, key, payload, self.options.seed, path)
+        got: list = [None]
+        collect(self.executor, [future], self.reference_timeout, lambda i, f: got.__setitem__(0, f))
+        if got[0] is None:
+            raise TimeoutError(f"it took longer than {self.reference_timeout:g} s")
+        got[0].result()
+        return path
 
     # running -------------------------------------------------------------------------------
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult], on_result=None,
