@@ -138,3 +138,25 @@ def test_killing_a_worker_in_the_middle_of_a_batch_loses_no_measurement(task, st
         assert sum(r.ok for r in results) >= len(inputs) - 2
         assert len(list(read_records(log))) == len(inputs)
         assert killed and killed[0] not in c.run(os.getpid).values()  # a worker did die mid-batch
+
+
+def test_the_command_line_tunes_on_a_dask_cluster(client, tmp_path, capsys):
+    from autosched import cli
+    log = str(tmp_path / "cli.jsonl")
+    code = cli.main(["tune", "GMM-1x128x128x128", "--trials", "4", "--batch", "2", "--log-file", log,
+                     "--dask", client.scheduler.address])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "verified against numpy: OK" in out
+    assert len(read_records(log)) == 4
+
+
+def test_the_command_line_says_when_it_cannot_use_dask(monkeypatch, capsys):
+    from autosched import cli
+    import autosched.measure.dask as dask_measure
+
+    def unreachable(address):
+        raise OSError(f"Timed out trying to connect to {address}")
+    monkeypatch.setattr(dask_measure, "connect", unreachable)
+    assert cli.main(["tune", "GMM-1x128x128x128", "--trials", "1", "--dask", "tcp://nowhere:8786"]) == cli.USAGE_ERROR
+    assert "cannot connect to a Dask scheduler" in capsys.readouterr().err
