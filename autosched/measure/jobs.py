@@ -159,9 +159,13 @@ class RunOptions:
     seed: int = DEFAULT_SEED
     #: stop adding repeats once they have taken this long (at least one repeat is made)
     max_timing_s: float = 1.0
-    #: a program whose first repeat is this many times slower than the fastest program of
-    #: its task this worker has timed is timed once (None: never)
+    #: a program this many times slower than the fastest program of its task is timed by
+    #: one warm call when its first call already says so, else once its first repeat does
+    #: (None: never)
     slow_single_repeat: float | None = 4.0
+    #: the fastest mean cost of the task the runner has had back so far (None: none yet);
+    #: the job also knows the fastest its own process has timed
+    fastest: float | None = None
 
 
 def _llc_bytes() -> int:
@@ -249,19 +253,26 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         if mismatch:
             return _error(MeasureErrorNo.WRONG_ANSWER, mismatch, t0)
     run = kernel.timer(*args) if gpu else native_timer(kernel, *args)
+    known = [f for f in (_fastest.get(task_key), opts.fastest) if f]
+    fastest = min(known) if known else None
+    slow = opts.slow_single_repeat * fastest if fastest and opts.slow_single_repeat else float("inf")
+    if kernel_time > slow:  # the checked call says hopeless; one warm call (the cost) confirms
+        seconds = run(1)
+        kernel_time += seconds
+        if seconds > slow:
+            return _timed(opts, [seconds], 1, kernel_time, ref is not None, t0)
     costs, number = [], max(1, opts.number)
     if opts.min_repeat_ms > 0:
         number, probe_time = calibrate(run, number, opts.min_repeat_ms * 1e-3)
         kernel_time += probe_time
         if number == 1 and probe_time >= opts.min_repeat_ms * 1e-3:
             costs.append(probe_time)  # one call already lasts a repeat: the probe is one
-    fastest = _fastest.get(task_key)
     while len(costs) < opts.repeat:
         if opts.adaptive and len(costs) >= max(2, opts.min_repeats) and _cv(costs) < opts.cv_threshold:
             break
         if costs and sum(costs) * number >= opts.max_timing_s:
             break
-        if costs and fastest and opts.slow_single_repeat and costs[0] > opts.slow_single_repeat * fastest:
+        if costs and costs[0] > slow:
             break
         if opts.cache_flush:
             flush_cpu_cache()
@@ -269,8 +280,13 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         kernel_time += seconds
         costs.append(seconds / number)
     mean = statistics.fmean(costs)
-    if fastest is None or mean < fastest:
+    if mean < _fastest.get(task_key, float("inf")):
         _remember(_fastest, task_key, mean, 64)
+    return _timed(opts, costs, number, kernel_time, ref is not None, t0)
+
+
+def _timed(opts: RunOptions, costs: list, number: int, kernel_time: float, verified: bool, t0: float) -> dict:
+    """The answer of a run job that timed its program."""
     return {"error_no": 0, "error_msg": "", "costs": costs, "number": number, "repeats": len(costs),
             "saved_repeats": opts.repeat - len(costs) if opts.adaptive else 0,
-            "kernel_time": kernel_time, "verified": ref is not None, "time": _elapsed(t0)}
+            "kernel_time": kernel_time, "verified": verified, "time": _elapsed(t0)}

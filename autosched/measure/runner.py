@@ -34,8 +34,9 @@ class LocalRunner:
     one is made), and a probe of one call that already lasts ``min_repeat_ms`` counts as
     the first repeat: a slow program is timed in a few calls, not ten (the search needs to
     know it is slow, not by how much to the last percent). For the same reason a program
-    whose first repeat is ``slow_single_repeat`` times slower than the fastest program of
-    its task timed so far (by the same worker) is timed once (None: never).
+    ``slow_single_repeat`` times slower than the fastest program of its task timed so far
+    (None: never) is retired early: at once when the checked call and one more (warm) call
+    both say so, its cost that one warm call; else after its first repeat.
 
     Verification (on by default): before timing, the program runs once on random inputs
     (seed ``verify_seed``) and its outputs are compared with the naive program's, within a
@@ -79,6 +80,7 @@ class LocalRunner:
         self._own = executor is None
         self._executor = executor
         self._references: dict = {}  # task key -> what run jobs find the reference by (None: unverified)
+        self._fastest: dict[str, float] = {}  # task key -> the fastest mean cost timed so far
         self._dir: str | None = None
         self._cleanup = None
 
@@ -150,13 +152,18 @@ class LocalRunner:
             if opts.verify and ref is None:
                 opts = replace(opts, verify=False)
             key, payload = task_payload(inp.task)
+            opts = replace(opts, fastest=self._fastest.get(key))
             todo.append(i)
             futures.append(submit(self.executor, timeout, run_job, key, payload, build.object, build.name,
                                   build.layouts, opts, ref, inp.hook))
 
         def done(j, future):
             i = todo[j]
-            finish(i, self._result(future, build_results[i].time_cost, timeout))
+            result = self._result(future, build_results[i].time_cost, timeout)
+            key, _ = task_payload(inputs[i].task)
+            if result.ok and result.mean_cost < self._fastest.get(key, float("inf")):
+                self._fastest[key] = result.mean_cost
+            finish(i, result)
 
         collect(self.executor, futures, timeout, done)
         return results

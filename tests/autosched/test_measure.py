@@ -235,6 +235,55 @@ def test_a_program_far_slower_than_the_fastest_so_far_is_timed_once(task, states
         LocalRunner(slow_single_repeat=0.5)
 
 
+def test_a_hopeless_program_is_retired_after_its_checked_call_and_one_warm_call(task, states, builder):
+    """The fastest so far comes from the runner (``RunOptions.fastest``) or the worker's own
+    memory; a program whose checked call and one warm call are both ``slow_single_repeat``
+    times slower is timed by that warm call, before any calibration; a first call that was
+    slow only once (cold) does not retire a fast program."""
+    from autosched.measure import jobs
+    from autosched.measure.executors import task_payload
+    inputs = [MeasureInput(task, states[1])]
+    (build,) = builder.build(inputs)
+    key, payload = task_payload(task)
+    opts = jobs.RunOptions(min_repeat_ms=50, repeat=6, adaptive=False, verify=False, max_timing_s=100)
+
+    def run(hook=None, **changes):
+        res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
+                           dataclasses.replace(opts, **changes), None, hook)
+        assert res["error_no"] == 0, res["error_msg"]
+        return res
+    saved = dict(jobs._fastest)
+    try:
+        jobs._fastest.clear()
+        retired = run(fastest=1e-9)
+        assert retired["repeats"] == retired["number"] == len(retired["costs"]) == 1
+        assert retired["kernel_time"] < 0.04  # two calls of a 32^3 matmul, no 50 ms repeats
+        assert retired["costs"][0] > 4e-9 and retired["saved_repeats"] == 0
+        assert key not in jobs._fastest  # a retired program is never the fastest
+        normal = run()  # nothing known: timed in full; the worker remembers it
+        assert normal["repeats"] == 6 and normal["number"] > 1
+        fastest = jobs._fastest[key]
+        cold = run(Fault("run:sleep:0.05"), fastest=fastest)  # a slow checked call, then fast calls
+        assert cold["repeats"] == 6 and cold["number"] > 1
+        assert run(fastest=1e-9, slow_single_repeat=None)["repeats"] == 6
+    finally:
+        jobs._fastest.clear()
+        jobs._fastest.update(saved)
+
+
+def test_the_runner_hands_the_fastest_so_far_to_its_jobs(task, states, builder):
+    inputs = [MeasureInput(task, s) for s in states[:3]]
+    builds = builder.build(inputs)
+    with LocalRunner(timeout=5, min_repeat_ms=2, repeat=4, adaptive=False) as r:
+        results = r.run(inputs, builds)
+        assert all(res.ok for res in results)
+        key = task.workload_key
+        assert r._fastest[key] == min(res.mean_cost for res in results)
+        r._fastest[key] = 1e-9  # as if a far faster program had been timed (by any worker)
+        (again,) = r.run([MeasureInput(task, states[3])], builder.build([MeasureInput(task, states[3])]))
+    assert again.ok and again.verified and again.repeats == again.number == 1
+
+
 def test_cache_flush_times_single_cold_calls(task, states, builder):
     inputs = [MeasureInput(task, states[2])]
     with LocalRunner(timeout=5, enable_cpu_cache_flush=True, repeat=4, adaptive=False) as flushing:
