@@ -14,6 +14,11 @@ coefficient of variation of the repeats is under 5%, at most ``REPEAT`` repeats)
 difference of a measurement's mean cost from the long measurement (fixed-``REPEAT`` error
 shown beside it as the noise floor of this machine).
 
+Last, what one trial of a tuning costs: random programs of a suite workload (as the
+search's first rounds pick them) measured with the tuning defaults, after a first batch
+that found a best: wall time per trial, its build and run parts, how many programs were
+timed by a single call (retired as hopeless), and the best GFLOPS of the two batches.
+
 With ``--dask`` the same programs are also measured through ``DaskBuilder``/``DaskRunner``
 (on a loopback ``LocalCluster`` of one worker, or the cluster at ``--dask ADDRESS``): the
 per-program wall time and harness time of Dask measurement beside local measurement.
@@ -142,6 +147,40 @@ def bench_kernel(n: int, n_programs: int, measurer: ProgramMeasurer, comparison:
         min_repeat_ms=min_repeat_ms, **dask))
 
 
+def bench_trials(name: str, n_programs: int, table: common.Table, rows: list) -> None:
+    """What one trial of a tuning costs: random programs of a suite workload (as the
+    search's first rounds measure them) through a ``ProgramMeasurer`` with the tuning
+    defaults, a first batch (which starts the workers, computes the reference and finds a
+    best) then a second one, timed: wall seconds per program and their parts."""
+    import sketch_rules
+    from autosched import ops
+    w = ops.suite_workload(name)
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=name)
+    rng = np.random.default_rng(0)
+    programs, seen = [], set()
+    for state in sketch_rules.sample_programs(task, sketch_rules.generate_sketches(task), 4 * n_programs, rng):
+        if state.key not in seen and len(programs) < 2 * n_programs:
+            seen.add(state.key)
+            programs.append(state)
+    with ProgramMeasurer(LocalBuilder(), LocalRunner(), max_consecutive_errors=0) as measurer:
+        measurer.measure(task, programs[:n_programs])
+        t0 = time.perf_counter()
+        results = measurer.measure(task, programs[n_programs:])
+        wall = (time.perf_counter() - t0) / len(results)
+        best = measurer.best_cost(task)
+    ok = [r for r in results if r.ok]
+    one_call = sum(r.number == 1 and r.repeats == 1 for r in ok)
+    build = statistics.fmean(r.build_time for r in results)
+    run = statistics.fmean(r.run_time for r in results)
+    kernel = statistics.fmean(r.kernel_time for r in results)
+    best_gf = common.gflops(w.flops, best)
+    table.add(name, len(results), len(ok), one_call, 1e3 * wall, 1e3 * build, 1e3 * run, 1e3 * kernel, best_gf)
+    rows.append(common.json_row(f"{name} random trials", best_gf, trials=len(results), ok=len(ok),
+                                timed_by_one_call=one_call, wall_ms_per_trial=1e3 * wall,
+                                build_ms_per_trial=1e3 * build, run_ms_per_trial=1e3 * run,
+                                kernel_ms_per_trial=1e3 * kernel))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, parents=[common.bench_args()],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,8 +190,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.smoke:
         sizes, n_programs, repeat, long, min_ms = (32, 96), 2, 5, 8, 2.0
+        trial_workloads, trial_programs = ("GMM-1x128x128x128",), 3
     else:
         sizes, n_programs, repeat, long, min_ms = (64, 512), 8, 10, 30, 40.0
+        trial_workloads, trial_programs = ("GMM-1x512x512x512", "C2D-1x56x56x64x64-k1s1p0"), 32
     table = common.Table(["workload", "programs", "kernel us", "wall/prog ms", "in kernel ms", "harness ms",
                           "build ms", "runner ms", "repeats", "saved", "adaptive err", "max err", "fixed err", "ours GFLOPS",
                           "numpy GFLOPS", "torch GFLOPS"])
@@ -162,6 +203,10 @@ def main(argv=None) -> None:
     with contextlib.ExitStack() as stack:
         dask_measurer = stack.enter_context(dask_measurement(args.dask, repeat, min_ms)) if args.dask else None
         run(sizes, n_programs, repeat, long, min_ms, table, rows, dask_measurer)
+    trials = common.Table(["workload", "trials", "ok", "timed by 1 call", "wall/trial ms", "build ms", "run ms",
+                           "in kernel ms", "best GFLOPS"])
+    for name in trial_workloads:
+        bench_trials(name, trial_programs, trials, rows)
     if not args.json_only:
         print(f"# measurement overhead: {os.cpu_count()} cores; adaptive timing: CV < 5%, at most {repeat} repeats "
               f"of >= {min_ms:g} ms; truth: {long} fixed repeats\n")
@@ -170,6 +215,9 @@ def main(argv=None) -> None:
               "program in a builder\n# (builds run in parallel, one per core); runner = the runner's own time per "
               "program (load, check, bookkeeping)\n# err = mean |mean cost - long measurement| / long measurement; "
               "fixed err = the same for a fixed-repeat measurement")
+        print(f"\n# one trial of a tuning: {trial_programs} random programs measured with the tuning defaults after "
+              f"a first batch of {trial_programs}\n")
+        trials.print()
         if args.dask:
             print("# dask: the same programs measured through DaskBuilder/DaskRunner (each job in a child process "
                   f"of a Dask worker) on {'a loopback LocalCluster' if args.dask == 'local' else args.dask}")
