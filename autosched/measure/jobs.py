@@ -191,18 +191,19 @@ def flush_cpu_cache() -> None:
     np.add(_flush_buffer, 1, out=_flush_buffer)
 
 
-def calibrate(run, number: int, target: float) -> tuple[int, float]:
+def calibrate(run, number: int, target: float) -> tuple[int, float, float | None]:
     """Calls per repeat so that one repeat lasts ``target`` seconds (at least ``number``),
-    and the seconds the probes took. Probes start at one call and grow; they are not
-    repeats, so a probe stretched by preemption (a shared machine) can at worst leave the
-    repeats shorter than ``target``, never bias a cost."""
+    the seconds the probes took, and the seconds per call of the last probe when it made
+    that many calls (else None): it lasted ``target`` as a repeat does, so it can be the
+    first repeat. Probes start at one call and grow; a probe stretched by preemption (a
+    shared machine) can at worst leave the repeats shorter than ``target``."""
     n, best, spent = 1, float("inf"), 0.0
     while True:
         seconds = run(n)
         spent += seconds
         best = min(best, seconds / n)
         if n * best >= target or n >= 1 << 30:
-            return max(number, n), spent
+            return max(number, n), spent, seconds / n if n >= number else None
         n = max(2 * n, min(int(target / max(best, 1e-12) * 1.1) + 1, 1 << 30))
 
 
@@ -263,10 +264,10 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
             return _timed(opts, [seconds], 1, kernel_time, ref is not None, t0)
     costs, number = [], max(1, opts.number)
     if opts.min_repeat_ms > 0:
-        number, probe_time = calibrate(run, number, opts.min_repeat_ms * 1e-3)
+        number, probe_time, last_probe = calibrate(run, number, opts.min_repeat_ms * 1e-3)
         kernel_time += probe_time
-        if number == 1 and probe_time >= opts.min_repeat_ms * 1e-3:
-            costs.append(probe_time)  # one call already lasts a repeat: the probe is one
+        if last_probe is not None and not opts.cache_flush:  # (a repeat after a flush is cold)
+            costs.append(last_probe)
     while len(costs) < opts.repeat:
         if opts.adaptive and len(costs) >= max(2, opts.min_repeats) and _cv(costs) < opts.cv_threshold:
             break

@@ -22,8 +22,9 @@ class LocalRunner:
 
     Timing: after one call that is checked (and warms up), each of ``repeat`` repeats runs
     back-to-back calls in native code, at least ``number`` (default 1) and as many as make
-    one repeat last ``min_repeat_ms`` (default 40; found by probes that are not counted); a
-    cost is the seconds per call of one repeat. With ``enable_cpu_cache_flush`` the
+    one repeat last ``min_repeat_ms`` (default 40; found by probes of growing length, the
+    last of which, as long as a repeat, is the first repeat); a cost is the seconds per
+    call of one repeat. With ``enable_cpu_cache_flush`` the
     last-level cache is flushed before every repeat and ``min_repeat_ms`` defaults to 0
     (each repeat one cold call, as Ansor does).
 
@@ -31,9 +32,8 @@ class LocalRunner:
     runner stops once at least ``min_repeats`` repeats have a coefficient of variation below
     ``cv_threshold``, and reports the repeats it saved (``MeasureResult.saved_repeats``).
     Whatever the mode, repeats stop once they have taken ``max_timing_s`` seconds (at least
-    one is made), and a probe of one call that already lasts ``min_repeat_ms`` counts as
-    the first repeat: a slow program is timed in a few calls, not ten (the search needs to
-    know it is slow, not by how much to the last percent). For the same reason a program
+    one is made), so that a slow program is timed in a few calls, not ten (the search needs
+    to know it is slow, not by how much to the last percent). For the same reason a program
     ``slow_single_repeat`` times slower than the fastest program of its task timed so far
     (None: never) is retired early: at once when the checked call and one more (warm) call
     both say so, its cost that one warm call; else after its first repeat.

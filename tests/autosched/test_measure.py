@@ -271,6 +271,22 @@ def test_a_hopeless_program_is_retired_after_its_checked_call_and_one_warm_call(
         jobs._fastest.update(saved)
 
 
+def test_calibration_probes_grow_to_a_repeat_and_the_last_probe_is_the_first_repeat():
+    from autosched.measure.jobs import calibrate
+    calls = []
+
+    def run(n):  # a program of 1 ms a call
+        calls.append(n)
+        return n * 1e-3
+    number, spent, first = calibrate(run, 1, 0.010)
+    assert calls == [1, 12] and number == 12 and spent == pytest.approx(0.013)
+    assert first == pytest.approx(1e-3)  # 12 calls of 1 ms: a repeat of >= 10 ms
+    calls.clear()
+    number, spent, first = calibrate(run, 20, 0.010)  # more calls asked than the probe made
+    assert number == 20 and first is None
+    assert calibrate(lambda n: n * 0.05, 1, 0.010) == (1, 0.05, 0.05)  # one call already lasts a repeat
+
+
 def test_the_runner_hands_the_fastest_so_far_to_its_jobs(task, states, builder):
     inputs = [MeasureInput(task, s) for s in states[:3]]
     builds = builder.build(inputs)
