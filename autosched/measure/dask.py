@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 import threading
+import warnings
 from concurrent.futures import Executor, Future
 
 from ..workers import WorkerPool, memory_share
@@ -78,6 +79,7 @@ class DaskExecutor(Executor):
         self.client, self._owned = connect(address_or_client)
         self.role = role
         self.resources = dict(resources) if resources else None
+        self._checked = False
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
         if kwargs:
@@ -99,7 +101,22 @@ class DaskExecutor(Executor):
             raise future.exception() if future.status == "error" else RuntimeError(f"the job was {future.status}")
         return ShippedFile(name, future)
 
+    def _check_workers(self) -> None:
+        """Warn (once) when no worker of the cluster has the resources the jobs ask for:
+        Dask would keep them waiting for one, silently."""
+        self._checked = True
+        workers = self.client.scheduler_info().get("workers", {}).values()
+        if not any(all(w.get("resources", {}).get(k, 0) >= v for k, v in (self.resources or {}).items())
+                   for w in workers):
+            need = ",".join(f"{k}={v}" for k, v in (self.resources or {}).items())
+            warnings.warn(f"autosched: no worker of the Dask cluster at {self.client.scheduler.address} can take "
+                          f"the {self.role} jobs" + (f" (they ask for the resources {need}: start one with "
+                                                     f"`dask worker ADDRESS --resources \"{need}\"`)" if need else "")
+                          + "; they wait until one joins", RuntimeWarning, stacklevel=4)
+
     def _submit(self, timeout, fn, args):
+        if not self._checked:
+            self._check_workers()
         files = {i: (a.name, a.data) for i, a in enumerate(args) if isinstance(a, ShippedFile)}
         plain = tuple(None if i in files else a for i, a in enumerate(args))
         return self.client.submit(isolated_call, self.role, timeout, fn, plain, files, pure=False,

@@ -160,3 +160,10 @@ def test_the_command_line_says_when_it_cannot_use_dask(monkeypatch, capsys):
     monkeypatch.setattr(dask_measure, "connect", unreachable)
     assert cli.main(["tune", "GMM-1x128x128x128", "--trials", "1", "--dask", "tcp://nowhere:8786"]) == cli.USAGE_ERROR
     assert "cannot connect to a Dask scheduler" in capsys.readouterr().err
+
+
+def test_jobs_no_worker_can_take_are_announced(client, task, states):
+    runner = DaskRunner(client, resources={"gpu-board": 1}, timeout=5)
+    with pytest.warns(RuntimeWarning, match="no worker of the Dask cluster.*gpu-board=1"):
+        runner.executor._check_workers()
+    runner.close()
