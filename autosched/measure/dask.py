@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 import threading
+import uuid
 import warnings
 from concurrent.futures import Executor, Future
 
@@ -119,8 +120,8 @@ class DaskExecutor(Executor):
             self._check_workers()
         files = {i: (a.name, a.data) for i, a in enumerate(args) if isinstance(a, ShippedFile)}
         plain = tuple(None if i in files else a for i, a in enumerate(args))
-        return self.client.submit(isolated_call, self.role, timeout, fn, plain, files, pure=False,
-                                  resources=self.resources)
+        return self.client.submit(isolated_call, self.role, timeout, fn, plain, files, resources=self.resources,
+                                  key=f"autosched-{self.role}-{getattr(fn, '__name__', 'job')}-{uuid.uuid4().hex}")
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Close the client if this executor connected it (the cluster is left running)."""
