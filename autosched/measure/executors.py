@@ -2,6 +2,7 @@
 ``concurrent.futures.Executor``, and waiting for results under a timeout."""
 from __future__ import annotations
 
+import hashlib
 import pickle
 import time
 import weakref
@@ -13,10 +14,12 @@ _payloads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def task_payload(task) -> tuple[str, bytes]:
     """``(task_key, pickled task)``, made once per task object: jobs unpickle it once per
-    worker process and cache it under the key (the workload key)."""
+    worker process and cache it under the key: the workload key and a digest of the whole
+    task, since tasks of one workload may differ in target or layout rewrite."""
     got = _payloads.get(task)
     if got is None:
-        got = (task.workload_key, pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+        payload = pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
+        got = (f"{task.workload_key}-{hashlib.sha1(payload).hexdigest()[:12]}", payload)
         _payloads[task] = got
     return got
 

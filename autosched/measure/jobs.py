@@ -27,6 +27,9 @@ from ir.runtime import compile_object, load_kernel, native_timer
 from .common import MeasureErrorNo, short
 from .verify import DEFAULT_SEED, Reference, compare, compute_reference, output_buffers, random_inputs
 
+#: seconds of warm calls that confirm a program is hopeless (one call if that is longer)
+#: before it is retired: one call of a microsecond kernel is too noisy to judge by
+RETIRE_CONFIRM_S = 1e-3
 #: the symbol every measured program is compiled under
 KERNEL_NAME = "measured_kernel"
 #: what measurement workers import before they take jobs
@@ -68,6 +71,19 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-6:])}"
 
 
+def _other_cpu(task) -> str | None:
+    """Why this machine cannot build or run ``task``'s programs (None: it can): a CPU task
+    names the CPU it targets, and code compiled or timed on another CPU (another machine
+    of a Dask cluster) would be wrong for it."""
+    if task.target_kind != "cpu" or "-mcpu=" not in str(task.target):
+        return None
+    here = ir.host_target()
+    if str(task.target) == here:
+        return None
+    return (f"this machine is {here!r} but the task targets {task.target!r}: its programs must be built and run "
+            "on machines of the target's CPU")
+
+
 # building ------------------------------------------------------------------------------
 
 def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rewrite: bool,
@@ -76,6 +92,9 @@ def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rew
     ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
+    wrong = _other_cpu(task)
+    if wrong:
+        return _error(MeasureErrorNo.COMPILE_HOST, wrong, t0)
     try:
         state = ir.State.from_steps(task.dag, step_records)
     except ir.InvalidStep as exc:
@@ -160,8 +179,8 @@ class RunOptions:
     #: stop adding repeats once they have taken this long (at least one repeat is made)
     max_timing_s: float = 1.0
     #: a program this many times slower than the fastest program of its task is timed by
-    #: one warm call when its first call already says so, else once its first repeat does
-    #: (None: never)
+    #: warm calls of about a millisecond (at least one) when its checked call already says
+    #: so, else once its first repeat does (None: never)
     slow_single_repeat: float | None = 4.0
     #: the fastest mean cost of the task the runner has had back so far (None: none yet);
     #: the job also knows the fastest its own process has timed
@@ -219,6 +238,9 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     (``hook``: see ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
+    wrong = _other_cpu(task)
+    if wrong:
+        return _error(MeasureErrorNo.RUNTIME_DEVICE, wrong, t0)
     dag = task.dag
     gpu = task.target_kind == "gpu"
     try:
@@ -257,11 +279,12 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     known = [f for f in (_fastest.get(task_key), opts.fastest) if f]
     fastest = min(known) if known else None
     slow = opts.slow_single_repeat * fastest if fastest and opts.slow_single_repeat else float("inf")
-    if kernel_time > slow:  # the checked call says hopeless; one warm call (the cost) confirms
-        seconds = run(1)
+    if kernel_time > slow:  # the checked call says hopeless; warm calls (the cost) confirm
+        calls = max(1, int(RETIRE_CONFIRM_S / kernel_time))  # (the checked call is the slower)
+        seconds = run(calls)
         kernel_time += seconds
-        if seconds > slow:
-            return _timed(opts, [seconds], 1, kernel_time, ref is not None, t0)
+        if seconds / calls > slow:
+            return _timed(opts, [seconds / calls], calls, kernel_time, ref is not None, t0)
     costs, number = [], max(1, opts.number)
     if opts.min_repeat_ms > 0:
         number, probe_time, last_probe = calibrate(run, number, opts.min_repeat_ms * 1e-3)
