@@ -27,9 +27,11 @@ from ir.runtime import compile_object, load_kernel, native_timer
 from .common import MeasureErrorNo, short
 from .verify import DEFAULT_SEED, Reference, compare, compute_reference, output_buffers, random_inputs
 
-#: seconds of warm calls that confirm a program is hopeless (one call if that is longer)
-#: before it is retired: one call of a microsecond kernel is too noisy to judge by
-RETIRE_CONFIRM_S = 1e-3
+#: seconds of each of the (up to 3) short repeats of warm calls that confirm a program is
+#: hopeless before it is retired (one call if that is longer): one call of a microsecond
+#: kernel is too noisy to judge by, and one short repeat of a parallel kernel on a busy
+#: machine may have lost a thread for a time slice; all of them must say hopeless
+RETIRE_CONFIRM_S = 5e-3
 #: the symbol every measured program is compiled under
 KERNEL_NAME = "measured_kernel"
 #: what measurement workers import before they take jobs
@@ -179,8 +181,8 @@ class RunOptions:
     #: stop adding repeats once they have taken this long (at least one repeat is made)
     max_timing_s: float = 1.0
     #: a program this many times slower than the fastest program of its task is timed by
-    #: warm calls of about a millisecond (at least one) when its checked call already says
-    #: so, else once its first repeat does (None: never)
+    #: short repeats (``RETIRE_CONFIRM_S``) when its checked call and they all say so, else
+    #: once its first repeat does (None: never)
     slow_single_repeat: float | None = 4.0
     #: the fastest mean cost of the task the runner has had back so far (None: none yet);
     #: the job also knows the fastest its own process has timed
@@ -279,12 +281,17 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     known = [f for f in (_fastest.get(task_key), opts.fastest) if f]
     fastest = min(known) if known else None
     slow = opts.slow_single_repeat * fastest if fastest and opts.slow_single_repeat else float("inf")
-    if kernel_time > slow:  # the checked call says hopeless; warm calls (the cost) confirm
+    if kernel_time > slow:  # the checked call says hopeless; short repeats (the cost) confirm
         calls = max(1, int(RETIRE_CONFIRM_S / kernel_time))  # (the checked call is the slower)
-        seconds = run(calls)
-        kernel_time += seconds
-        if seconds / calls > slow:
-            return _timed(opts, [seconds / calls], calls, kernel_time, ref is not None, t0)
+        confirm: list = []
+        while len(confirm) < 3 and sum(confirm) * calls < 3 * RETIRE_CONFIRM_S:
+            seconds = run(calls)
+            kernel_time += seconds
+            confirm.append(seconds / calls)
+            if confirm[-1] <= slow:
+                break
+        if min(confirm) > slow:
+            return _timed(opts, confirm, calls, kernel_time, ref is not None, t0)
     costs, number = [], max(1, opts.number)
     if opts.min_repeat_ms > 0:
         number, probe_time, last_probe = calibrate(run, number, opts.min_repeat_ms * 1e-3)

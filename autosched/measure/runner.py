@@ -35,9 +35,9 @@ class LocalRunner:
     one is made), so that a slow program is timed in a few calls, not ten (the search needs
     to know it is slow, not by how much to the last percent). For the same reason a program
     ``slow_single_repeat`` times slower than the fastest program of its task timed so far
-    (None: never) is retired early: at once when the checked call and warm calls of about
-    a millisecond (at least one call) both say so, its cost those calls; else after its
-    first repeat.
+    (None: never) is retired early: at once when the checked call and up to three short
+    repeats of warm calls (5 ms each, or one call) all say so, its cost those repeats; else
+    after its first repeat.
 
     Verification (on by default): before timing, the program runs once on random inputs
     (seed ``verify_seed``) and its outputs are compared with the naive program's, within a
