@@ -9,8 +9,8 @@ from . import ops
 from .space import generate_sketches
 from .tune import TuneResult, auto_schedule
 from sketch_rules import register_sketch_rule, unregister_sketch_rule
-from .measure import (MAX_COST, BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput,
-                      MeasureResult, ProgramMeasurer, TooManyMeasureErrors)
+from .measure import (MAX_COST, BuildResult, DaskBuilder, DaskRunner, LocalBuilder, LocalRunner, MeasureErrorNo,
+                      MeasureInput, MeasureResult, ProgramMeasurer, TooManyMeasureErrors)
 from .workers import WorkerCrashed, WorkerPool, WorkerTimeout
 from . import graph
 from .networks import NetworkTuneResult, tune_networks
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 __all__ = ["ops", "__version__", "auto_schedule", "TuneResult", "generate_sketches", "register_sketch_rule", "unregister_sketch_rule",
            # measurement
            "MeasureInput", "MeasureResult", "MeasureErrorNo", "BuildResult", "MAX_COST",
-           "LocalBuilder", "LocalRunner", "ProgramMeasurer", "TooManyMeasureErrors",
+           "LocalBuilder", "LocalRunner", "DaskBuilder", "DaskRunner", "ProgramMeasurer", "TooManyMeasureErrors",
            "WorkerPool", "WorkerCrashed", "WorkerTimeout",
            # records
            "TuningRecord", "RecordToFile", "NotATuningLog", "load_records", "read_records", "save_records", "best_records",

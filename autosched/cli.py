@@ -11,6 +11,7 @@ is one line too, with exit code 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -275,6 +276,9 @@ def add_tune(sub) -> None:
                       help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
     tune.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                       help="an ONNX model's input shape where the model leaves it open, e.g. input_ids=1x128")
+    tune.add_argument("--dask", metavar="ADDRESS", default=None,
+                      help="measure on a Dask cluster (its scheduler's address, e.g. tcp://host:8786): builds on "
+                           "any worker, runs on the workers started with --resources runner=1")
     net = tune.add_argument_group("networks")
     net.add_argument("--network", type=network_name, default=None,
                      help=f"tune a whole network instead: {', '.join(graph.network_names())}")
@@ -289,7 +293,34 @@ def add_tune(sub) -> None:
     tune.set_defaults(fn=cmd_tune)
 
 
+@contextlib.contextmanager
+def measurement(address: str | None):
+    """The ``builder``/``runner`` arguments of the tuning functions: local measurement
+    (none given), or Dask's on the cluster at ``address`` (connected for the block)."""
+    if address is None:
+        yield {}
+        return
+    from .measure.dask import DaskBuilder, DaskRunner, connect
+    try:
+        client, _ = connect(address)
+    except ImportError as err:
+        raise UsageError(f"--dask: {err}") from None
+    except (OSError, TimeoutError, ValueError) as err:
+        raise UsageError(f"--dask {address}: cannot connect to a Dask scheduler there ({err})") from None
+    try:
+        yield {"builder": DaskBuilder(client), "runner": DaskRunner(client)}
+    finally:
+        client.close()
+
+
 def cmd_tune(args) -> int:
+    """``autosched tune``: a workload, a network or an ONNX model, measured here or on a
+    Dask cluster (``--dask``)."""
+    with measurement(args.dask) as args.measurement:
+        return _tune(args)
+
+
+def _tune(args) -> int:
     """Tune a workload; print the winner's loop nest and its speed beside numpy."""
     given = [f"--{k.replace('_', '-')}" for k in NETWORK_OPTIONS if getattr(args, k) is not None]
     if args.network is not None:
@@ -315,7 +346,7 @@ def cmd_tune(args) -> int:
     target = "cuda" if args.target == "cuda" else None
     result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
                            measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           early_stopping=args.early_stopping, **_history(args))
+                           early_stopping=args.early_stopping, **_history(args), **args.measurement)
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
@@ -362,7 +393,8 @@ def cmd_tune_network(args) -> int:
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
                                     seed=args.seed, strategy=args.strategy, objective=args.objective,
                                     early_stopping=args.early_stopping,
-                                    early_stopping_per_task=args.early_stopping_per_task, **_history(args))
+                                    early_stopping_per_task=args.early_stopping_per_task, **_history(args),
+                                    **args.measurement)
     executor = result.executor(0, base_model=args.base_model)
     ok, err = executor.verify()
     latency = executor.benchmark(repeat=5)["median"]
@@ -425,7 +457,8 @@ def cmd_tune_model(args) -> int:
     part = graph.partition(model)
     print(f"# {model.summary()}\n# {part.summary()}", flush=True)
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
-                                    seed=args.seed, early_stopping=args.early_stopping, **_history(args))
+                                    seed=args.seed, early_stopping=args.early_stopping, **_history(args),
+                                    **args.measurement)
     executor = result.executor(0, warn_untuned=False, base_model=args.base_model)
     estimate = result.estimated_latencies()[part.name]
     estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"

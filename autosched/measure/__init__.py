@@ -8,6 +8,8 @@
 - ``ProgramMeasurer``: the object a search policy calls once per round
   (``measure(task, states) -> list[MeasureResult]``), with records, the best program so
   far, deduplication, error counts and the early stop of all-error runs.
+- ``DaskBuilder``/``DaskRunner`` (``autosched.measure.dask``): the same on the machines of
+  a Dask ``distributed`` cluster, each program still in an isolated child process there.
 Both run in ``autosched.workers.WorkerPool``s (isolated processes under a memory limit; a
 crashed or hung worker is killed and replaced) or in any ``concurrent.futures.Executor``.
 Results go to the callers through callbacks (the tuning log is one, ``autosched.records``).
@@ -16,6 +18,7 @@ from .common import MAX_COST, BuildResult, MeasureErrorNo, MeasureInput, Measure
 from .builder import LocalBuilder
 from .runner import LocalRunner
 from .measurer import ProgramMeasurer, TooManyMeasureErrors
+from .dask import DaskBuilder, DaskRunner
 
 __all__ = ["MAX_COST", "BuildResult", "MeasureErrorNo", "MeasureInput", "MeasureResult",
-           "LocalBuilder", "LocalRunner", "ProgramMeasurer", "TooManyMeasureErrors"]
+           "LocalBuilder", "LocalRunner", "DaskBuilder", "DaskRunner", "ProgramMeasurer", "TooManyMeasureErrors"]

@@ -8,6 +8,7 @@ to the executor (``WorkerPool`` kills and replaces the worker).
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import statistics
@@ -26,6 +27,11 @@ from ir.runtime import compile_object, load_kernel, native_timer
 from .common import MeasureErrorNo, short
 from .verify import DEFAULT_SEED, Reference, compare, compute_reference, output_buffers, random_inputs
 
+#: seconds of each of the (up to 3) short repeats of warm calls that confirm a program is
+#: hopeless before it is retired (one call if that is longer): one call of a microsecond
+#: kernel is too noisy to judge by, and one short repeat of a parallel kernel on a busy
+#: machine may have lost a thread for a time slice; all of them must say hopeless
+RETIRE_CONFIRM_S = 5e-3
 #: the symbol every measured program is compiled under
 KERNEL_NAME = "measured_kernel"
 #: what measurement workers import before they take jobs
@@ -67,6 +73,19 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-6:])}"
 
 
+def _other_cpu(task) -> str | None:
+    """Why this machine cannot build or run ``task``'s programs (None: it can): a CPU task
+    names the CPU it targets, and code compiled or timed on another CPU (another machine
+    of a Dask cluster) would be wrong for it."""
+    if task.target_kind != "cpu" or "-mcpu=" not in str(task.target):
+        return None
+    here = ir.host_target()
+    if str(task.target) == here:
+        return None
+    return (f"this machine is {here!r} but the task targets {task.target!r}: its programs must be built and run "
+            "on machines of the target's CPU")
+
+
 # building ------------------------------------------------------------------------------
 
 def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rewrite: bool,
@@ -75,6 +94,9 @@ def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rew
     ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
+    wrong = _other_cpu(task)
+    if wrong:
+        return _error(MeasureErrorNo.COMPILE_HOST, wrong, t0)
     try:
         state = ir.State.from_steps(task.dag, step_records)
     except ir.InvalidStep as exc:
@@ -98,17 +120,30 @@ def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rew
 
 # the reference -------------------------------------------------------------------------
 
+def _fresh_reference(task_key: str, task_payload: bytes, seed: int) -> Reference:
+    """The task's reference computed now, and kept in this process for its run jobs."""
+    dag = task_of(task_key, task_payload).dag
+    return _remember(_references, (task_key, seed), compute_reference(dag, seed), 4)
+
+
 def reference_job(task_key: str, task_payload: bytes, seed: int, path: str | None) -> float:
     """Compute the task's reference (its naive program on random inputs), keep it in this
     process and save it to ``path`` for the other workers; returns the seconds it took."""
     t0 = time.perf_counter()
-    task = task_of(task_key, task_payload)
-    ref = _remember(_references, (task_key, seed), compute_reference(task.dag, seed), 4)
+    ref = _fresh_reference(task_key, task_payload, seed)
     if path:
         tmp = f"{path}.{os.getpid()}.tmp.npz"
         ref.save(tmp)
         os.replace(tmp, path)
     return _elapsed(t0)
+
+
+def reference_bytes_job(task_key: str, task_payload: bytes, seed: int) -> bytes:
+    """``reference_job`` for runners on other machines: the reference file's bytes."""
+    ref = _fresh_reference(task_key, task_payload, seed)
+    buffer = io.BytesIO()
+    ref.save(buffer)
+    return buffer.getvalue()
 
 
 def _reference(task_key: str, dag, seed: int, path: str | None) -> Reference:
@@ -145,9 +180,13 @@ class RunOptions:
     seed: int = DEFAULT_SEED
     #: stop adding repeats once they have taken this long (at least one repeat is made)
     max_timing_s: float = 1.0
-    #: a program whose first repeat is this many times slower than the fastest program of
-    #: its task this worker has timed is timed once (None: never)
+    #: a program this many times slower than the fastest program of its task is timed by
+    #: short repeats (``RETIRE_CONFIRM_S``) when its checked call and they all say so, else
+    #: once its first repeat does (None: never)
     slow_single_repeat: float | None = 4.0
+    #: the fastest mean cost of the task the runner has had back so far (None: none yet);
+    #: the job also knows the fastest its own process has timed
+    fastest: float | None = None
 
 
 def _llc_bytes() -> int:
@@ -173,18 +212,19 @@ def flush_cpu_cache() -> None:
     np.add(_flush_buffer, 1, out=_flush_buffer)
 
 
-def calibrate(run, number: int, target: float) -> tuple[int, float]:
+def calibrate(run, number: int, target: float) -> tuple[int, float, float | None]:
     """Calls per repeat so that one repeat lasts ``target`` seconds (at least ``number``),
-    and the seconds the probes took. Probes start at one call and grow; they are not
-    repeats, so a probe stretched by preemption (a shared machine) can at worst leave the
-    repeats shorter than ``target``, never bias a cost."""
+    the seconds the probes took, and the seconds per call of the last probe when it made
+    that many calls (else None): it lasted ``target`` as a repeat does, so it can be the
+    first repeat. Probes start at one call and grow; a probe stretched by preemption (a
+    shared machine) can at worst leave the repeats shorter than ``target``."""
     n, best, spent = 1, float("inf"), 0.0
     while True:
         seconds = run(n)
         spent += seconds
         best = min(best, seconds / n)
         if n * best >= target or n >= 1 << 30:
-            return max(number, n), spent
+            return max(number, n), spent, seconds / n if n >= number else None
         n = max(2 * n, min(int(target / max(best, 1e-12) * 1.1) + 1, 1 << 30))
 
 
@@ -200,6 +240,9 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     (``hook``: see ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
+    wrong = _other_cpu(task)
+    if wrong:
+        return _error(MeasureErrorNo.RUNTIME_DEVICE, wrong, t0)
     dag = task.dag
     gpu = task.target_kind == "gpu"
     try:
@@ -235,19 +278,32 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         if mismatch:
             return _error(MeasureErrorNo.WRONG_ANSWER, mismatch, t0)
     run = kernel.timer(*args) if gpu else native_timer(kernel, *args)
+    known = [f for f in (_fastest.get(task_key), opts.fastest) if f]
+    fastest = min(known) if known else None
+    slow = opts.slow_single_repeat * fastest if fastest and opts.slow_single_repeat else float("inf")
+    if kernel_time > slow:  # the checked call says hopeless; short repeats (the cost) confirm
+        calls = max(1, int(RETIRE_CONFIRM_S / kernel_time))  # (the checked call is the slower)
+        confirm: list = []
+        while len(confirm) < 3 and sum(confirm) * calls < 3 * RETIRE_CONFIRM_S:
+            seconds = run(calls)
+            kernel_time += seconds
+            confirm.append(seconds / calls)
+            if confirm[-1] <= slow:
+                break
+        if min(confirm) > slow:
+            return _timed(opts, confirm, calls, kernel_time, ref is not None, t0)
     costs, number = [], max(1, opts.number)
     if opts.min_repeat_ms > 0:
-        number, probe_time = calibrate(run, number, opts.min_repeat_ms * 1e-3)
+        number, probe_time, last_probe = calibrate(run, number, opts.min_repeat_ms * 1e-3)
         kernel_time += probe_time
-        if number == 1 and probe_time >= opts.min_repeat_ms * 1e-3:
-            costs.append(probe_time)  # one call already lasts a repeat: the probe is one
-    fastest = _fastest.get(task_key)
+        if last_probe is not None and not opts.cache_flush:  # (a repeat after a flush is cold)
+            costs.append(last_probe)
     while len(costs) < opts.repeat:
         if opts.adaptive and len(costs) >= max(2, opts.min_repeats) and _cv(costs) < opts.cv_threshold:
             break
         if costs and sum(costs) * number >= opts.max_timing_s:
             break
-        if costs and fastest and opts.slow_single_repeat and costs[0] > opts.slow_single_repeat * fastest:
+        if costs and costs[0] > slow:
             break
         if opts.cache_flush:
             flush_cpu_cache()
@@ -255,8 +311,13 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         kernel_time += seconds
         costs.append(seconds / number)
     mean = statistics.fmean(costs)
-    if fastest is None or mean < fastest:
+    if mean < _fastest.get(task_key, float("inf")):
         _remember(_fastest, task_key, mean, 64)
+    return _timed(opts, costs, number, kernel_time, ref is not None, t0)
+
+
+def _timed(opts: RunOptions, costs: list, number: int, kernel_time: float, verified: bool, t0: float) -> dict:
+    """The answer of a run job that timed its program."""
     return {"error_no": 0, "error_msg": "", "costs": costs, "number": number, "repeats": len(costs),
             "saved_repeats": opts.repeat - len(costs) if opts.adaptive else 0,
-            "kernel_time": kernel_time, "verified": ref is not None, "time": _elapsed(t0)}
+            "kernel_time": kernel_time, "verified": verified, "time": _elapsed(t0)}

@@ -22,8 +22,9 @@ class LocalRunner:
 
     Timing: after one call that is checked (and warms up), each of ``repeat`` repeats runs
     back-to-back calls in native code, at least ``number`` (default 1) and as many as make
-    one repeat last ``min_repeat_ms`` (default 40; found by probes that are not counted); a
-    cost is the seconds per call of one repeat. With ``enable_cpu_cache_flush`` the
+    one repeat last ``min_repeat_ms`` (default 40; found by probes of growing length, the
+    last of which, as long as a repeat, is the first repeat); a cost is the seconds per
+    call of one repeat. With ``enable_cpu_cache_flush`` the
     last-level cache is flushed before every repeat and ``min_repeat_ms`` defaults to 0
     (each repeat one cold call, as Ansor does).
 
@@ -31,11 +32,12 @@ class LocalRunner:
     runner stops once at least ``min_repeats`` repeats have a coefficient of variation below
     ``cv_threshold``, and reports the repeats it saved (``MeasureResult.saved_repeats``).
     Whatever the mode, repeats stop once they have taken ``max_timing_s`` seconds (at least
-    one is made), and a probe of one call that already lasts ``min_repeat_ms`` counts as
-    the first repeat: a slow program is timed in a few calls, not ten (the search needs to
-    know it is slow, not by how much to the last percent). For the same reason a program
-    whose first repeat is ``slow_single_repeat`` times slower than the fastest program of
-    its task timed so far (by the same worker) is timed once (None: never).
+    one is made), so that a slow program is timed in a few calls, not ten (the search needs
+    to know it is slow, not by how much to the last percent). For the same reason a program
+    ``slow_single_repeat`` times slower than the fastest program of its task timed so far
+    (None: never) is retired early: at once when the checked call and up to three short
+    repeats of warm calls (5 ms each, or one call) all say so, its cost those repeats; else
+    after its first repeat.
 
     Verification (on by default): before timing, the program runs once on random inputs
     (seed ``verify_seed``) and its outputs are compared with the naive program's, within a
@@ -78,7 +80,8 @@ class LocalRunner:
         self.memory_limit = memory_limit
         self._own = executor is None
         self._executor = executor
-        self._references: dict[str, str | None] = {}  # task key -> reference file (None: unverified)
+        self._references: dict = {}  # task key -> what run jobs find the reference by (None: unverified)
+        self._fastest: dict[str, float] = {}  # task key -> the fastest mean cost timed so far
         self._dir: str | None = None
         self._cleanup = None
 
@@ -97,26 +100,32 @@ class LocalRunner:
         return self._executor
 
     # the reference of each task ------------------------------------------------------------
-    def _reference(self, task) -> str | None:
-        """The reference file of ``task`` (computed on first use); None if that failed."""
-        key, payload = task_payload(task)
+    def _reference(self, task):
+        """What a run job is given to find ``task``'s reference (computed on first use; see
+        ``_compute_reference``); None if that failed."""
+        key, _ = task_payload(task)
         if key not in self._references:
-            path = os.path.join(self._reference_dir(), f"{key}-{self.options.seed}.npz")
-            future = submit(self.executor, self.reference_timeout, reference_job, key, payload,
-                            self.options.seed, path)
-            got: list = [None]
-            collect(self.executor, [future], self.reference_timeout, lambda i, f: got.__setitem__(0, f))
             try:
-                if got[0] is None:
-                    raise TimeoutError(f"it took longer than {self.reference_timeout:g} s")
-                got[0].result()
-                self._references[key] = path
+                self._references[key] = self._compute_reference(task)
             except Exception as err:
                 warnings.warn(f"autosched: the reference (naive program) of task {task!r} failed "
                               f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
                               "its programs are timed WITHOUT verification", RuntimeWarning, stacklevel=3)
                 self._references[key] = None
         return self._references[key]
+
+    def _compute_reference(self, task) -> str:
+        """Compute ``task``'s reference in a worker, saved to a file that the run jobs read
+        (its path); raises if that fails."""
+        key, payload = task_payload(task)
+        path = os.path.join(self._reference_dir(), f"{key}-{self.options.seed}.npz")
+        future = submit(self.executor, self.reference_timeout, reference_job, key, payload, self.options.seed, path)
+        got: list = [None]
+        collect(self.executor, [future], self.reference_timeout, lambda i, f: got.__setitem__(0, f))
+        if got[0] is None:
+            raise TimeoutError(f"it took longer than {self.reference_timeout:g} s")
+        got[0].result()
+        return path
 
     # running -------------------------------------------------------------------------------
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult], on_result=None,
@@ -144,13 +153,18 @@ class LocalRunner:
             if opts.verify and ref is None:
                 opts = replace(opts, verify=False)
             key, payload = task_payload(inp.task)
+            opts = replace(opts, fastest=self._fastest.get(key))
             todo.append(i)
             futures.append(submit(self.executor, timeout, run_job, key, payload, build.object, build.name,
                                   build.layouts, opts, ref, inp.hook))
 
         def done(j, future):
             i = todo[j]
-            finish(i, self._result(future, build_results[i].time_cost, timeout))
+            result = self._result(future, build_results[i].time_cost, timeout)
+            key, _ = task_payload(inputs[i].task)
+            if result.ok and result.mean_cost < self._fastest.get(key, float("inf")):
+                self._fastest[key] = result.mean_cost
+            finish(i, result)
 
         collect(self.executor, futures, timeout, done)
         return results

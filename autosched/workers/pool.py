@@ -49,6 +49,9 @@ class WorkerTimeout(TimeoutError):
         super().__init__(message)
         self.timeout = timeout
 
+    def __reduce__(self):  # crosses machines (autosched.measure.dask): keep the timeout
+        return type(self), (str(self), self.timeout)
+
 
 def memory_share(n_workers: int) -> int | None:
     """Bytes each of ``n_workers`` workers may allocate so that together they stay within

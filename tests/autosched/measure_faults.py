@@ -6,6 +6,8 @@ makes its worker misbehave on purpose at one point.
 - ``"run:segfault"``, ``"run:hang"``, ``"run:error"``: the runner's worker crashes, hangs,
   or raises instead of calling the program;
 - ``"run:wrong"``: the program runs, then one output element is changed (a wrong answer);
+- ``"run:sleep:S"``: the runner's worker sleeps S seconds before calling the program (a
+  slow measurement, for the tests of workers lost mid-batch);
 - ``"run:allocate:N"``: the runner's worker allocates N bytes before calling the program
   (a program that needs more memory than its worker may have).
 
@@ -20,7 +22,7 @@ import time
 import numpy as np
 
 FAULTS = ("build:segfault", "build:hang", "build:error", "run:segfault", "run:hang", "run:error", "run:wrong",
-          "run:allocate")
+          "run:allocate", "run:sleep")
 
 
 def _segfault() -> None:
@@ -63,6 +65,8 @@ class Fault:
         if self.kind.startswith("run:allocate:"):
             need = np.ones(int(self.kind.split(":")[2]) // 8)  # touched, not only reserved
             need[-1] = 0
+        if self.kind.startswith("run:sleep:"):
+            time.sleep(float(self.kind.split(":")[2]))
         kernel(*args)
         if self.kind == "run:wrong":
             flat = outputs[0].reshape(-1)

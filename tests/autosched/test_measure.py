@@ -223,7 +223,7 @@ def test_a_program_far_slower_than_the_fastest_so_far_is_timed_once(task, states
     saved = dict(jobs._fastest)
     try:
         jobs._fastest[key] = 1e-9
-        assert run()["repeats"] == 1
+        assert run()["repeats"] == 3  # the short repeats that confirm it is hopeless
         assert run(slow_single_repeat=None)["repeats"] == 6
         jobs._fastest[key] = 1.0
         res = run()
@@ -233,6 +233,84 @@ def test_a_program_far_slower_than_the_fastest_so_far_is_timed_once(task, states
         jobs._fastest.update(saved)
     with pytest.raises(ValueError, match="slow_single_repeat"):
         LocalRunner(slow_single_repeat=0.5)
+
+
+def test_a_hopeless_program_is_retired_after_its_checked_call_and_one_warm_call(task, states, builder):
+    """The fastest so far comes from the runner (``RunOptions.fastest``) or the worker's own
+    memory; a program whose checked call and short repeats of warm calls are all
+    ``slow_single_repeat`` times slower is timed by those repeats, before any calibration;
+    a first call that was slow only once (cold) does not retire a fast program."""
+    from autosched.measure import jobs
+    from autosched.measure.executors import task_payload
+    inputs = [MeasureInput(task, states[1])]
+    (build,) = builder.build(inputs)
+    key, payload = task_payload(task)
+    opts = jobs.RunOptions(min_repeat_ms=50, repeat=6, adaptive=False, verify=False, max_timing_s=100)
+
+    def run(hook=None, **changes):
+        res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
+                           dataclasses.replace(opts, **changes), None, hook)
+        assert res["error_no"] == 0, res["error_msg"]
+        return res
+    saved = dict(jobs._fastest)
+    try:
+        jobs._fastest.clear()
+        retired = run(fastest=1e-7)  # 0.4 us: hopeless for a 32^3 matmul (~3 us); 3 x ~5 ms confirm it
+        assert retired["repeats"] == len(retired["costs"]) == 3 and retired["number"] >= 1
+        assert retired["kernel_time"] < 0.045  # no 50 ms repeats
+        assert retired["costs"][0] > 4e-7 and retired["saved_repeats"] == 0
+        assert key not in jobs._fastest  # a retired program is never the fastest
+        normal = run()  # nothing known: timed in full; the worker remembers it
+        assert normal["repeats"] == 6 and normal["number"] > 1
+        fastest = jobs._fastest[key]
+        cold = run(Fault("run:sleep:0.05"), fastest=fastest)  # a slow checked call, then fast calls
+        assert cold["repeats"] == 6 and cold["number"] > 1
+        assert run(fastest=1e-7, slow_single_repeat=None)["repeats"] == 6
+    finally:
+        jobs._fastest.clear()
+        jobs._fastest.update(saved)
+
+
+def test_programs_of_another_cpu_are_neither_built_nor_timed_here(task, states, builder, runner):
+    """A task names the CPU it targets; a build or a run on a machine of another CPU (a
+    Dask worker elsewhere) is an error that says so, not code or timings for the wrong CPU."""
+    elsewhere = dataclasses.replace(task, target="llvm -mcpu=a-cpu-of-elsewhere")
+    (failed,) = builder.build([MeasureInput(elsewhere, states[0])])
+    assert failed.error_no == E.COMPILE_HOST and "a-cpu-of-elsewhere" in failed.error_msg
+    (good,) = builder.build([MeasureInput(task, states[0])])
+    with LocalRunner(timeout=5, verify=False) as r:
+        (res,) = r.run([MeasureInput(elsewhere, states[0])], [good])
+    assert res.error_no == E.RUNTIME_DEVICE and "must be built and run on machines of the target's CPU" in res.error_msg
+
+
+def test_calibration_probes_grow_to_a_repeat_and_the_last_probe_is_the_first_repeat():
+    from autosched.measure.jobs import calibrate
+    calls = []
+
+    def run(n):  # a program of 1 ms a call
+        calls.append(n)
+        return n * 1e-3
+    number, spent, first = calibrate(run, 1, 0.010)
+    assert calls == [1, 12] and number == 12 and spent == pytest.approx(0.013)
+    assert first == pytest.approx(1e-3)  # 12 calls of 1 ms: a repeat of >= 10 ms
+    calls.clear()
+    number, spent, first = calibrate(run, 20, 0.010)  # more calls asked than the probe made
+    assert number == 20 and first is None
+    assert calibrate(lambda n: n * 0.05, 1, 0.010) == (1, 0.05, 0.05)  # one call already lasts a repeat
+
+
+def test_the_runner_hands_the_fastest_so_far_to_its_jobs(task, states, builder):
+    from autosched.measure.executors import task_payload
+    inputs = [MeasureInput(task, s) for s in states[:3]]
+    builds = builder.build(inputs)
+    with LocalRunner(timeout=5, min_repeat_ms=2, repeat=4, adaptive=False) as r:
+        results = r.run(inputs, builds)
+        assert all(res.ok for res in results)
+        key = task_payload(task)[0]
+        assert r._fastest[key] == min(res.mean_cost for res in results)
+        r._fastest[key] = 1e-9  # as if a far faster program had been timed (by any worker)
+        (again,) = r.run([MeasureInput(task, states[3])], builder.build([MeasureInput(task, states[3])]))
+    assert again.ok and again.verified and again.repeats == 3 and again.kernel_time < 0.045
 
 
 def test_cache_flush_times_single_cold_calls(task, states, builder):
