@@ -8,6 +8,7 @@ asks ``next_batch`` for programs, measures them, and reports with ``update``.
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import math
 import warnings
@@ -48,6 +49,34 @@ class SearchParams:
         if self.islands is not None:
             return max(1, self.islands)
         return max(1, num_cores) if self.population >= 512 else 1
+
+
+#: at most this many programs of one batch with exactly the same predicted score: the model
+#: took them down the same leaf of every tree, so it cannot tell them apart (e.g. variants
+#: that differ only in an unroll pragma that unrolls nothing), and measuring more of them
+#: teaches it nothing; without this, one round of a reduction measured 64 copies of one loop
+MAX_TWINS = 2
+#: candidates the evolution returns per program of a batch, so that twins can be passed over
+CANDIDATES_PER_PICK = 4
+
+
+def pick_distinguishable(scored: list[tuple[float, ir.State]], n: int,
+                         max_twins: int = MAX_TWINS) -> dict[str, ir.State]:
+    """Up to ``n`` programs of ``scored`` ((score, state), best first), in order, at most
+    ``max_twins`` of any one score; topped up in order if that leaves fewer than ``n``."""
+    batch: dict[str, ir.State] = {}
+    twins: collections.Counter = collections.Counter()
+    for score, state in scored:
+        if len(batch) >= n:
+            return batch
+        if twins[score] < max_twins and state.key not in batch:
+            batch[state.key] = state
+            twins[score] += 1
+    for _, state in scored:
+        if len(batch) >= n:
+            break
+        batch.setdefault(state.key, state)
+    return batch
 
 
 class SketchPolicy:
@@ -122,19 +151,22 @@ class SketchPolicy:
 
     def evolve(self, population: list[ir.State], out_size: int) -> list[ir.State]:
         """Evolve ``population`` (see ``evolve.Evolution``); the ``out_size`` best predicted
-        programs seen that were never measured, best first. With an executor and more than
+        programs seen that were never measured, best first."""
+        return [s for _, s in self.evolve_scored(population, out_size)]
+
+    def evolve_scored(self, population: list[ir.State], out_size: int) -> list[tuple[float, ir.State]]:
+        """``evolve``, each program with its predicted score. With an executor and more than
         one island, the islands evolve in its processes; if that fails, here."""
         n_islands = self.params.n_islands(self.task.hardware.num_cores)
         if self.executor is not None and n_islands > 1 and len(population) >= n_islands:
             try:
                 futures = islands.submit_islands(self.executor, self, population, out_size, n_islands)
                 results = [f.result() for f in futures]
-                best = islands.merge_islands(self.task.dag, results, out_size, self.evolution.rejected)
-                return [s for _, s in best]
+                return islands.merge_islands(self.task.dag, results, out_size, self.evolution.rejected)
             except Exception as err:  # noqa: BLE001 - a broken worker must not end the tuning
                 warnings.warn(f"autosched: evolving in parallel processes failed ({type(err).__name__}: {err}); "
                               "this round evolves in this process", RuntimeWarning, stacklevel=2)
-        return [s for _, s in self.evolution.run(population, out_size, self.measured_keys)]
+        return self.evolution.run(population, out_size, self.measured_keys)
 
     def next_batch(self, n: int) -> list[ir.State]:
         """Up to ``n`` programs never measured: the best predicted after evolution, with an
@@ -162,14 +194,11 @@ class SketchPolicy:
             init = self.sample_initial()
             n_measured = min(len(self.measured), int(p.init_use_measured_ratio * p.population))
             population = init + self.best_measured(n_measured)
-            best = self.evolve(population, 2 * n)
+            scored = self.evolve_scored(population, CANDIDATES_PER_PICK * n)
+            best = [s for _, s in scored]
             eps = self._epsilon(best)
             n_random = int(round(eps * n)) if len(self.measured) else 0
-            batch: dict[str, ir.State] = {}
-            for s in best:
-                if len(batch) >= n - n_random:
-                    break
-                batch.setdefault(s.key, s)
+            batch = pick_distinguishable(scored, n - n_random)
             fresh = [s for s in init if s.key not in self.measured_keys and s.key not in batch]
             self.rng.shuffle(fresh)
             for s in fresh:

@@ -206,3 +206,38 @@ def test_short_tuning_improves_and_matches_numpy(name, tmp_path):
     lines = (tmp_path / "log.json").read_text().splitlines()
     programs = [l for l in lines if l.strip() and not l.startswith("#")]
     assert len(programs) == 32
+
+
+def test_a_batch_takes_at_most_two_programs_the_model_scores_exactly_alike():
+    from evolution.search_policy import pick_distinguishable
+    task, sketches = SETUPS["matmul"]
+    states = SR.sample_programs(task, sketches, 12, np.random.default_rng(0))
+    scored = [(1.0, s) for s in states[:6]] + [(0.5, s) for s in states[6:9]] + [(0.2, states[9])]
+    picked = list(pick_distinguishable(scored, 4).values())
+    assert picked == [states[0], states[1], states[6], states[7]]
+    # twins only where nothing else is left: the batch is still full
+    picked = list(pick_distinguishable(scored, 8).values())
+    assert picked == [states[0], states[1], states[6], states[7], states[9], states[2], states[3], states[4]]
+
+
+class HalfBlind(XGBoostModel):
+    """A trained-looking model that cannot tell apart one program in eight (they all score
+    1, above all others) and ranks every other program below them, each differently."""
+
+    def predict(self, task, states):
+        def score(s):
+            h = int(hashlib.sha1(s.key.encode()).hexdigest()[:6], 16)
+            return 1.0 if h % 8 == 0 else h / 0xFFFFFF * 0.5
+        return np.array([score(s) for s in states])
+
+    @property
+    def can_rank(self):
+        return True
+
+
+def test_a_batch_is_not_filled_with_programs_the_model_cannot_tell_apart():
+    task, sketches = SETUPS["matmul"]
+    policy = SketchPolicy(task, HalfBlind(seed=0), SearchParams(population=48, generations=1, init_min_population=32),
+                          seed=0, sketches=sketches)
+    scores = policy.model.predict(task, policy.next_batch(8))
+    assert len(scores) == 8 and sum(scores == 1.0) == 2
