@@ -196,7 +196,7 @@ class SketchPolicy:
             population = init + self.best_measured(n_measured)
             scored = self.evolve_scored(population, CANDIDATES_PER_PICK * n)
             best = [s for _, s in scored]
-            eps = self._epsilon(best)
+            eps = self._epsilon(best[:2 * n])  # the uncertainty of the likely picks, as before twins
             n_random = int(round(eps * n)) if len(self.measured) else 0
             batch = pick_distinguishable(scored, n - n_random)
             fresh = [s for s in init if s.key not in self.measured_keys and s.key not in batch]
