@@ -20,6 +20,7 @@ from task_scheduler import PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .measure import LocalBuilder, LocalRunner
+from .measure.jobs import last_level_cache_bytes
 from .records import RecordToFile
 from .tune import prior_and_model, search_workers, tune_tasks
 
@@ -95,6 +96,13 @@ def _make_policy(task, model, search_params, seed, executor=None):
         return _NoPrograms()
 
 
+def weights_exceed_cache(parts) -> bool:
+    """Whether the constants (weights) of the partitioned networks ``parts`` together exceed
+    this CPU's last-level cache: then a run of them finds every kernel's weights out of the
+    caches (the other kernels' weights have evicted them), and a kernel is to be timed so."""
+    return sum(p.constant_bytes for p in parts) > last_level_cache_bytes()
+
+
 def tune_networks(networks, trials: int | None = None, *, objective="latency", log_file: str | None = None,
                   measure_batch: int = 64, seed: int = 0, strategy: str = "gradient",
                   latency_requirements=None, reference_latencies=None, patience: int = 5,
@@ -117,7 +125,11 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     for all tasks, appended to and resumed from. ``early_stopping``: stop once the
     objective has not improved for that many trials; ``early_stopping_per_task``: retire a
     task after that many trials without improvement. ``base_model`` and ``records_db``: as
-    ``auto_schedule``'s. Deterministic for a ``seed`` given the same measurements."""
+    ``auto_schedule``'s. Deterministic for a ``seed`` given the same measurements.
+
+    The default ``runner`` times programs as they run in the model: with their weights
+    evicted from the caches when the networks' weights exceed the last-level cache
+    (``weights_exceed_cache``; ``LocalRunner(cold_constants=True)``), else warm."""
     log = RecordToFile(log_file) if log_file else None
     nets = networks if isinstance(networks, (list, tuple)) else [networks]
     parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks) for n in nets]
@@ -137,6 +149,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
         for w in p.tasks:
             weights[j, index[w.workload_key]] += w.weight
     tasks = [w.search_task(layout_rewrite, hardware) for w in workloads]
+    if runner is None:
+        runner = LocalRunner(cold_constants=weights_exceed_cache(parts))
     if trials is None:
         trials = 1000 * len(tasks)
     db, prior, model = prior_and_model(tasks, cost_model, seed, base_model, records_db)
@@ -166,4 +180,4 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                              list(scheduler.curve))
 
 
-__all__ = ["tune_networks", "NetworkTuneResult", "as_partitioned"]
+__all__ = ["tune_networks", "NetworkTuneResult", "as_partitioned", "weights_exceed_cache"]

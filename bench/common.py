@@ -326,6 +326,15 @@ class Table:
 ROW_KEYS = ("workload", "ours_gflops", "numpy_gflops", "torch_gflops", "vs_numpy", "vs_torch")
 
 
+def network_runner(parts, min_repeat_ms: float):
+    """The runner of a network bench: warm repeats of ``min_repeat_ms``, or single calls with
+    the weights evicted when the networks' weights exceed the last-level cache (as the
+    default runner of ``autosched.tune_networks`` times them: as they run in the model)."""
+    import autosched
+    cold = autosched.networks.weights_exceed_cache(parts)
+    return autosched.LocalRunner(min_repeat_ms=None if cold else min_repeat_ms, cold_constants=cold)
+
+
 def json_row(workload: str, ours_gflops=None, numpy_gflops=None, torch_gflops=None, **extra) -> dict:
     """One row of the JSON line, the ratios computed from the GFLOPS given."""
     row = {"workload": workload, "ours_gflops": ours_gflops, "numpy_gflops": numpy_gflops,

@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bench_args, emit_json, machine_info, torch_available  # noqa: E402
+from common import bench_args, emit_json, network_runner, machine_info, torch_available  # noqa: E402
 
 import autosched  # noqa: E402
 from autosched import graph as G  # noqa: E402
@@ -221,7 +221,7 @@ def network_kwargs(args) -> dict:
 def tune(part, args, strategy: str, log_file: str):
     params = SearchParams(population=args.population, generations=args.generations,
                           init_min_population=min(50, args.population))
-    runner = autosched.LocalRunner(min_repeat_ms=args.min_repeat_ms)
+    runner = network_runner([part], args.min_repeat_ms)
     return autosched.tune_networks(part, trials=args.trials, measure_batch=args.measure_batch, log_file=log_file,
                                    seed=args.seed, strategy=strategy, search_params=params, runner=runner,
                                    early_stopping_per_task=args.early_stopping_per_task,
@@ -301,7 +301,7 @@ def main(argv=None) -> int:
     parser.add_argument("--measure-batch", type=int, default=8, help="programs measured per round (default 8)")
     parser.add_argument("--population", type=int, default=256, help="evolution population (Ansor: 2048)")
     parser.add_argument("--generations", type=int, default=2, help="evolution generations (Ansor: 4)")
-    parser.add_argument("--min-repeat-ms", type=float, default=20, help="runner: minimum ms per timing repeat")
+    parser.add_argument("--min-repeat-ms", type=float, default=20, help="runner: minimum ms per timing repeat (a model whose weights exceed the last-level cache is timed by single calls with its weights evicted)")
     parser.add_argument("--early-stopping-per-task", type=int, default=None)
     parser.add_argument("--compare-round-robin", action="store_true",
                         help="also tune with round robin from scratch and print both curves (Fig. 10)")

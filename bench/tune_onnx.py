@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onnx_models  # noqa: E402
-from common import bench_args, emit_json  # noqa: E402
+from common import bench_args, emit_json, network_runner  # noqa: E402
 
 import autosched  # noqa: E402
 from autosched import graph as G  # noqa: E402
@@ -80,7 +80,7 @@ def relative_error(got, want) -> float:
 def tune_chunk(part, args, trials: int, log: str, chunk: int):
     params = SearchParams(population=args.population, generations=args.generations,
                           init_min_population=min(50, args.population))
-    runner = autosched.LocalRunner(min_repeat_ms=args.min_repeat_ms)
+    runner = network_runner([part], args.min_repeat_ms)
     return autosched.tune_networks(part, trials=trials, measure_batch=args.measure_batch, log_file=log,
                                    seed=args.seed + chunk, search_params=params, runner=runner,
                                    verbose=0 if args.json_only else 1)
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("--measure-batch", type=int, default=16, help="programs measured per round (default 16)")
     parser.add_argument("--population", type=int, default=256, help="evolution population (Ansor: 2048)")
     parser.add_argument("--generations", type=int, default=2, help="evolution generations (Ansor: 4)")
-    parser.add_argument("--min-repeat-ms", type=float, default=20, help="runner: minimum ms per timing repeat")
+    parser.add_argument("--min-repeat-ms", type=float, default=20, help="runner: minimum ms per timing repeat (a model whose weights exceed the last-level cache is timed by single calls with its weights evicted)")
     parser.add_argument("--log-file", default=None, help="tuning log (default: a temporary file); resumed from")
     parser.add_argument("--repeat", type=int, default=10, help="end-to-end timing repeats")
     parser.add_argument("--seed", type=int, default=0)

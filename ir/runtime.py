@@ -226,6 +226,55 @@ class Kernel:
         return f"Kernel({', '.join(f'{n}{list(s)}:{d}' for n, s, d in self._specs)})"
 
 
+# Evicting arrays from the caches (timing a kernel as it runs inside a model whose weights
+# do not fit the last-level cache: its weights come from memory, its activations do not).
+
+_EVICT_IR = """
+declare void @llvm.x86.sse2.clflush(ptr)
+declare void @llvm.x86.sse2.mfence()
+define void @autosched_evict(i64 %start, i64 %end) {
+entry:
+  %empty = icmp uge i64 %start, %end
+  br i1 %empty, label %done, label %loop
+loop:
+  %a = phi i64 [%start, %entry], [%next, %loop]
+  %p = inttoptr i64 %a to ptr
+  call void @llvm.x86.sse2.clflush(ptr %p)
+  %next = add i64 %a, 64
+  %more = icmp ult i64 %next, %end
+  br i1 %more, label %loop, label %done
+done:
+  call void @llvm.x86.sse2.mfence()
+  ret void
+}
+"""
+_evict = None
+
+
+def can_evict() -> bool:
+    """Whether ``evict_from_caches`` can evict single arrays on this CPU (x86: clflush)."""
+    return llvm.get_process_triple().split("-")[0] in ("x86_64", "i686", "i386")
+
+
+def evict_from_caches(arrays) -> None:
+    """Write back and drop every cache line of the numpy ``arrays`` from every cache level
+    (clflush, then a fence), leaving the rest of the caches as they are; ``RuntimeError``
+    where ``can_evict()`` is False."""
+    global _evict
+    if _evict is None:
+        if not can_evict():
+            raise RuntimeError(f"evicting single arrays needs an x86 CPU (clflush), this is "
+                               f"{llvm.get_process_triple()}")
+        target_machine()
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(_EVICT_IR), _new_target_machine())
+        engine.finalize_object()
+        fn = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64)(engine.get_function_address("autosched_evict"))
+        _evict = (engine, fn)  # the engine owns the code: keep it
+    for a in arrays:
+        start = a.ctypes.data
+        _evict[1](start & ~63, start + a.nbytes)
+
+
 # Build artefacts that cross processes (measurement: compiled in a builder process, run in a
 # runner process). Appended for issue 4; the JIT path above is unchanged.
 

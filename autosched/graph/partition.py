@@ -25,10 +25,12 @@ only elementwise or data movement) run with a default schedule, as TVM's
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 import ir
+from ir.dtype import itemsize
 from .graph import Graph, Node
 from .opdefs import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
 from .passes import fold_batch_norm as _fold_batch_norm
@@ -115,6 +117,13 @@ class PartitionedGraph:
     @property
     def name(self) -> str:
         return self.original.name
+
+    @property
+    def constant_bytes(self) -> int:
+        """The bytes of constants (weights) its kernels read in one run of the network."""
+        return sum(w.weight * sum(math.prod(t.shape) * itemsize(t.dtype) for t in w.dag.tensors
+                                  if isinstance(t.op, ir.PlaceholderOp) and t.op.constant)
+                   for w in self.workloads)
 
     def task_weights(self) -> list[int]:
         return [t.weight for t in self.tasks]

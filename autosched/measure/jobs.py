@@ -22,7 +22,7 @@ import numpy as np
 import ir
 from ir.codegen import generate
 from ir.lower import lower
-from ir.runtime import compile_object, load_kernel, native_timer
+from ir.runtime import can_evict, compile_object, evict_from_caches, load_kernel, native_timer
 
 from .common import MeasureErrorNo, short
 from .verify import DEFAULT_SEED, Reference, compare, compute_reference, output_buffers, random_inputs
@@ -173,6 +173,8 @@ class RunOptions:
     repeat: int = 10
     min_repeat_ms: float = 40.0
     cache_flush: bool = False
+    #: evict the task's constant inputs (weights) from the caches before every repeat
+    cold_constants: bool = False
     adaptive: bool = True
     cv_threshold: float = 0.05
     min_repeats: int = 3
@@ -189,7 +191,8 @@ class RunOptions:
     fastest: float | None = None
 
 
-def _llc_bytes() -> int:
+def last_level_cache_bytes() -> int:
+    """The size of this CPU's last-level cache (sysfs; 32 MiB when it does not say)."""
     for index in range(4, 0, -1):
         try:
             with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as f:
@@ -208,7 +211,7 @@ def flush_cpu_cache() -> None:
     """Write a buffer twice the size of the last-level cache, evicting the kernel's data."""
     global _flush_buffer
     if _flush_buffer is None:
-        _flush_buffer = np.zeros(min(2 * _llc_bytes(), 1 << 30), dtype=np.uint8)
+        _flush_buffer = np.zeros(min(2 * last_level_cache_bytes(), 1 << 30), dtype=np.uint8)
     np.add(_flush_buffer, 1, out=_flush_buffer)
 
 
@@ -257,11 +260,13 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     inputs = iter(ref.inputs if ref is not None else _random_inputs(task_key, dag, opts.seed))
     outputs = output_buffers(dag)
     outs = iter(outputs)
-    args = []
+    args, constants = [], []
     for t in dag.tensors:  # the kernel's argument order; fresh copies: a program may scribble
         if isinstance(t.op, ir.PlaceholderOp):
             a = next(inputs)
             args.append(kernel.pack(t.name, a) if t.name in kernel.layouts else a.copy())
+            if t.op.constant:
+                constants.append(args[-1])
         else:
             args.append(next(outs))
     try:
@@ -296,7 +301,7 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     if opts.min_repeat_ms > 0:
         number, probe_time, last_probe = calibrate(run, number, opts.min_repeat_ms * 1e-3)
         kernel_time += probe_time
-        if last_probe is not None and not opts.cache_flush:  # (a repeat after a flush is cold)
+        if last_probe is not None and not (opts.cache_flush or opts.cold_constants):  # (a repeat after a flush is cold)
             costs.append(last_probe)
     while len(costs) < opts.repeat:
         if opts.adaptive and len(costs) >= max(2, opts.min_repeats) and _cv(costs) < opts.cv_threshold:
@@ -307,6 +312,8 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
             break
         if opts.cache_flush:
             flush_cpu_cache()
+        elif opts.cold_constants and constants and not gpu:  # (elsewhere than x86: all of the caches)
+            evict_from_caches(constants) if can_evict() else flush_cpu_cache()
         seconds = run(number)
         kernel_time += seconds
         costs.append(seconds / number)

@@ -26,7 +26,11 @@ class LocalRunner:
     last of which, as long as a repeat, is the first repeat); a cost is the seconds per
     call of one repeat. With ``enable_cpu_cache_flush`` the
     last-level cache is flushed before every repeat and ``min_repeat_ms`` defaults to 0
-    (each repeat one cold call, as Ansor does).
+    (each repeat one cold call, as Ansor does). With ``cold_constants`` only the task's
+    constant inputs (weights) are evicted from the caches before every repeat, its other
+    inputs stay cached, and each repeat is one call: how a kernel runs inside a model whose
+    weights do not fit the last-level cache (its weights come from memory, the activations
+    the previous kernel wrote do not). ``tune_networks`` times so for such models.
 
     Adaptive timing (after AdaTune, on by default): ``repeat`` is the most repeats; the
     runner stops once at least ``min_repeats`` repeats have a coefficient of variation below
@@ -54,12 +58,16 @@ class LocalRunner:
 
     def __init__(self, timeout: float = 10.0, number: int = 1, repeat: int = 10,
                  min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
+                 cold_constants: bool = False,
                  adaptive: bool = True, cv_threshold: float = 0.05, min_repeats: int = 3,
                  verify: bool = True, verify_seed: int = DEFAULT_SEED, reference_timeout: float = 300.0,
                  n_parallel: int = 1, executor: Executor | None = None, max_timing_s: float = 1.0,
                  slow_single_repeat: float | None = 4.0, memory_limit: int | None | str = "auto"):
-        flush = bool(enable_cpu_cache_flush)
-        min_repeat_ms = (0.0 if flush else 40.0) if min_repeat_ms is None else min_repeat_ms
+        flush, cold = bool(enable_cpu_cache_flush), bool(cold_constants)
+        min_repeat_ms = (0.0 if flush or cold else 40.0) if min_repeat_ms is None else min_repeat_ms
+        if cold and min_repeat_ms > 0:
+            raise ValueError(f"cold_constants times one call per repeat (the next call would find the weights "
+                             f"cached); min_repeat_ms must be 0 or None with it, got {min_repeat_ms}")
         if number < 1 or repeat < 1 or min_repeats < 1:
             raise ValueError(f"number, repeat and min_repeats must be >= 1, got number={number}, "
                              f"repeat={repeat}, min_repeats={min_repeats}")
@@ -73,7 +81,7 @@ class LocalRunner:
         self.timeout = timeout
         self.reference_timeout = reference_timeout
         self.options = RunOptions(number=number, repeat=repeat, min_repeat_ms=float(min_repeat_ms),
-                                  cache_flush=flush, adaptive=bool(adaptive), cv_threshold=float(cv_threshold),
+                                  cache_flush=flush, cold_constants=cold, adaptive=bool(adaptive), cv_threshold=float(cv_threshold),
                                   min_repeats=min_repeats, verify=bool(verify), seed=verify_seed,
                                   max_timing_s=float(max_timing_s), slow_single_repeat=slow_single_repeat)
         self.n_parallel = n_parallel

@@ -322,6 +322,24 @@ def test_cache_flush_times_single_cold_calls(task, states, builder):
     assert all(c > 0 for c in res.costs)
 
 
+def test_cold_constants_evicts_only_the_weights_before_each_single_call_repeat(monkeypatch, builder):
+    from autosched.measure import jobs
+    dag = matmul_dag(48, constant_b=True)
+    task = ir.SearchTask(dag, layout_rewrite=True, desc="cold-weights")
+    s = dag.init_state().cache_write("C")
+    inputs = [MeasureInput(task, s.split("C", "j", [16]))]
+    evicted = []
+    monkeypatch.setattr(jobs, "evict_from_caches", lambda arrays: evicted.append([a.size for a in arrays]))
+    with ThreadPoolExecutor(1) as pool:  # the job runs in this process, where the patch is
+        with LocalRunner(timeout=5, cold_constants=True, repeat=4, adaptive=False, executor=pool) as cold:
+            assert cold.options.min_repeat_ms == 0
+            (res,) = cold.run(inputs, builder.build(inputs))
+    assert res.ok and res.verified and res.number == 1 and len(res.costs) == 4
+    assert evicted == [[48 * 48]] * 4  # B (the weight, packed) before every repeat; A and C stay cached
+    with pytest.raises(ValueError, match="min_repeat_ms must be 0 or None with it, got 5"):
+        LocalRunner(cold_constants=True, min_repeat_ms=5)
+
+
 def test_verification_can_be_switched_off(task, states, builder):
     inputs = [MeasureInput(task, states[3], Fault("run:wrong"))]
     with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3, verify=False) as unchecked:

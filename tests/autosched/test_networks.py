@@ -95,6 +95,29 @@ def test_several_networks_share_tasks_and_weights(pools):
     assert lat["tiny8_0"] == pytest.approx(lat["tiny8_1"]) and set(lat) == {"tiny8_0", "tiny8_1", "tiny16_0"}
 
 
+def test_a_network_whose_weights_exceed_the_last_level_cache_is_timed_with_cold_weights(monkeypatch):
+    parts = [networks.as_partitioned(tiny(channels=8, blocks=2))]
+    weights = parts[0].constant_bytes  # three 3x3 convs of 8 channels and a dense of 8x10 (+ biases)
+    assert weights == 4 * (4 * 9 * 8 + 8 + 2 * (8 * 9 * 8 + 8) + 8 * 10 + 10)
+    monkeypatch.setattr(networks, "last_level_cache_bytes", lambda: weights)
+    assert not networks.weights_exceed_cache(parts)
+    monkeypatch.setattr(networks, "last_level_cache_bytes", lambda: weights - 1)
+    assert networks.weights_exceed_cache(parts)
+    made = []
+
+    class Measured(Exception):
+        pass
+
+    def tune_tasks(scheduler, policies, model, runner, **kw):
+        made.append(runner)
+        raise Measured  # what the runner does is test_measure.py's
+
+    monkeypatch.setattr(networks, "tune_tasks", tune_tasks)
+    with pytest.raises(Measured):
+        autosched.tune_networks(parts[0], trials=1, cost_model="random", verbose=0)
+    assert made[0].options.cold_constants and made[0].options.min_repeat_ms == 0
+
+
 def test_tune_networks_arguments():
     with pytest.raises(ValueError, match="latency_requirements"):
         autosched.tune_networks(tiny(), trials=4, objective="requirement", verbose=0)

@@ -139,3 +139,15 @@ def test_time_reports_per_call_seconds(add_kernel):
     assert 0 < res.median < 1e-3
     assert res.number > 5  # min_repeat_ms grew `number` (a ~10 ns call: by thousands)
     np.testing.assert_array_equal(b, a + 1)
+
+
+@pytest.mark.skipif(not __import__("ir.runtime").runtime.can_evict(), reason="clflush needs an x86 CPU")
+def test_evicting_arrays_from_the_caches_keeps_their_values():
+    from ir.runtime import evict_from_caches
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(100_003).astype("float32")
+    expected = a.copy()
+    a[::7] += 1.0  # dirty lines: eviction must write them back, not drop them
+    expected[::7] += 1.0
+    evict_from_caches([a, a[3:17], a[:0], np.zeros((2, 3))])  # unaligned, empty and 2-d arrays too
+    np.testing.assert_array_equal(a, expected)
