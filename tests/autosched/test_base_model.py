@@ -13,6 +13,7 @@ import ir
 from autosched import base_model as B
 from autosched import cli
 from autosched.records import read_records
+import sketch_rules as SR
 from evolution import SearchParams, SketchPolicy, XGBoostModel
 from evolution.cost_model import pairwise_accuracy
 from tests.autosched.stand_ins import StandInBuilder, StandInRunner
@@ -114,4 +115,20 @@ def test_a_tuning_with_the_base_model_measures_no_random_warm_up_batch(monkeypat
     result = autosched.auto_schedule(task, trials=16, measure_batch=8, search_params=params, seed=0,
                                      builder=StandInBuilder(), runner=StandInRunner(), verbose=0,
                                      base_model=B.SHIPPED_MODEL, records_db=None)
-    assert result.trials == 16 and len(batches) == 2 and all(len(b) == 8 for b in batches)
+    # a probe of half a batch first, which the model learns from before it picks the rest
+    assert result.trials == 16 and [len(b) for b in batches] == [4, 8, 4]
+
+
+def test_a_model_with_a_base_learns_from_the_first_measurements_of_its_task():
+    from autosched.tune import WARMUP_SAMPLES, make_cost_model
+    w = autosched.ops.workload("matmul", 32, 48, 64)
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors))
+    states = SR.sample_programs(task, SR.generate_sketches(task), 6, np.random.default_rng(0))
+    base = B.load_base_model(B.SHIPPED_MODEL)
+    model = make_cost_model("xgb", 0, start=base)
+    before = model.predict(task, states)
+    model.update([(task, s, 1e-3 * (i + 1)) for i, s in enumerate(states)])  # the first is the fastest
+    after = model.predict(task, states)
+    assert model.booster is not None and not np.allclose(before, after)
+    assert np.corrcoef(after, -np.arange(len(states)))[0, 1] > np.corrcoef(before, -np.arange(len(states)))[0, 1]
+    assert make_cost_model("xgb", 0).num_warmup_sample == WARMUP_SAMPLES  # from nothing: waits

@@ -239,5 +239,19 @@ def test_a_batch_is_not_filled_with_programs_the_model_cannot_tell_apart():
     task, sketches = SETUPS["matmul"]
     policy = SketchPolicy(task, HalfBlind(seed=0), SearchParams(population=48, generations=1, init_min_population=32),
                           seed=0, sketches=sketches)
+    probe = policy.next_batch(8)  # (the first round of a task the model ranks unmeasured: half a batch)
+    assert len(probe) == 4 and sum(policy.model.predict(task, probe) == 1.0) == 2
+    policy.update(probe, [synthetic_cost(s) for s in probe])
     scores = policy.model.predict(task, policy.next_batch(8))
     assert len(scores) == 8 and sum(scores == 1.0) == 2
+
+
+def test_the_first_round_of_a_task_the_model_ranks_unmeasured_is_a_small_probe():
+    from evolution.search_policy import PROBE_BATCH
+    task, sketches = SETUPS["matmul"]
+    policy = SketchPolicy(task, HalfBlind(seed=0), SearchParams(population=48, generations=1, init_min_population=32),
+                          seed=0, sketches=sketches)
+    first = policy.next_batch(4 * PROBE_BATCH)
+    assert len(first) == PROBE_BATCH  # then the model learns from them before it picks the rest
+    policy.update(first, [synthetic_cost(s) for s in first])
+    assert len(policy.next_batch(4 * PROBE_BATCH)) == 4 * PROBE_BATCH
