@@ -77,7 +77,7 @@ def test_pretrain_builds_a_model_that_loads_and_ranks(tmp_path, capsys):
     assert len(logs) == 2
     out = tmp_path / "model.json"
     assert cli.main(["pretrain", *logs, "-o", str(out), "--rounds", "30"]) == 0
-    assert "256 programs of 2 workload(s)" in capsys.readouterr().out
+    assert "512 programs of 2 workload(s)" in capsys.readouterr().out
     model = B.load_base_model(str(out))
     programs = B.training_programs(read_records(logs[0]))
     task, states = programs[0][0], [s for _, s, c in programs if c is not None]
