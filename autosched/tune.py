@@ -57,10 +57,10 @@ def make_cost_model(cost_model, seed: int, start=None, n_prior: int = 0):
     from the first batch, and learns from the task's measurements from the first round on:
     its scores are the starting margin, what the task's programs teach is added) and, with
     ``n_prior`` earlier valid measurements of the task (the records database's), trains on
-    them at once; from nothing it waits for ``WARMUP_SAMPLES``. (Measured on the programs
-    of 19 tunings of workloads the base model never saw: alone it picks a program at 0.43 of
-    the best in geometric mean, pairwise accuracy 0.45; after 16 of the task's own
-    measurements 0.69, pairwise 0.68.)"""
+    them at once; from nothing it waits for ``WARMUP_SAMPLES``. (``bench/base_model_picks.py``
+    on the programs of 19 tunings of workloads no base model saw: the previous base model
+    alone picked one at 0.43 of the best in geometric mean, after 16 of the task's own
+    measurements at 0.69; the shipped one at 0.63 alone, 0.68 after them.)"""
     warmup = min(WARMUP_SAMPLES, n_prior) if n_prior else (1 if start is not None else WARMUP_SAMPLES)
     if cost_model == "xgb":
         # the rank objective: on this machine's data it orders programs better than Ansor's

@@ -61,9 +61,10 @@ CANDIDATES_PER_PICK = 4
 #: a task's first round, when the model ranks its programs before any of them is measured
 #: (a base model, or what it learnt of other tasks), measures at most this many, and at most
 #: half the batch: the model learns from them before it picks the rest. What a model learnt
-#: elsewhere ranks a new task's likely picks poorly (pairwise accuracy 0.45 on the programs of
-#: 19 tunings of unseen workloads) and 16 of the task's own measurements correct most of it
-#: (0.68; the batch's best pick 0.84 of the best instead of 0.62)
+#: elsewhere can be wrong about a new task (on the programs of 19 tunings of unseen workloads
+#: the previous base model ranked at pairwise accuracy 0.46, its top pick at 0.43 of the best;
+#: after 16 of the task's own measurements 0.67 and 0.69; the shipped one: top pick 0.63
+#: alone, 0.68 after them; bench/base_model_picks.py)
 PROBE_BATCH = 16
 
 
