@@ -239,6 +239,21 @@ def _time_callable(fn: Callable[[], object], min_time: float, repeat: int) -> fl
     return statistics.median(results)
 
 
+def fastest_in_turns(timers: dict, rounds: int = 3) -> dict:
+    """Label -> the fastest of ``rounds`` readings of each timer (a callable returning
+    seconds, or None where it does not apply), every timer read once per round in turn:
+    on a shared machine a slow spell then slows all of them, not one."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    best: dict = dict.fromkeys(timers)
+    for _ in range(rounds):
+        for label, timer in timers.items():
+            seconds = timer()
+            if seconds is not None and (best[label] is None or seconds < best[label]):
+                best[label] = seconds
+    return best
+
+
 def time_numpy(fn: Callable, *args, min_time: float = 0.05, repeat: int = 5) -> float:
     """Median seconds per call of ``fn(*args)`` (numpy, or any Python callable)."""
     return _time_callable(lambda: fn(*args), min_time, repeat)

@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bench_args, emit_json, network_runner, machine_info, torch_available  # noqa: E402
+from common import bench_args, emit_json, fastest_in_turns, network_runner, machine_info, torch_available  # noqa: E402
 
 import autosched  # noqa: E402
 from autosched import graph as G  # noqa: E402
@@ -250,7 +250,7 @@ def torch_seconds(graph, inputs, repeat: int) -> float | None:
 
 def zero_trial(graph, part, args, say) -> int:
     """``--trials 0``: the network with every task's zero-trial program, beside its default
-    schedules, the tuned network of ``--log-file`` (if given) and PyTorch."""
+    schedules, the tuned network of ``--log-file`` (if given) and PyTorch, timed in turns."""
     inputs = graph.random_inputs(args.seed)
     flops = graph.flop_count()
     t0 = time.perf_counter()
@@ -261,20 +261,23 @@ def zero_trial(graph, part, args, say) -> int:
     if not any(p.zero_trial for p in zero.programs.values()):
         raise SystemExit("no base cost model (AUTOSCHED_BASE_MODEL=off?): nothing to compare")
     ok, err = zero.verify(*inputs)
-    times = {"zero-trial": zero.benchmark(*inputs, repeat=args.repeat)["median"],
-             "default schedules": G.GraphExecutor(part, warn_untuned=False, base_model=None).benchmark(
-                 *inputs, repeat=max(3, args.repeat // 3))["median"]}
+    default = G.GraphExecutor(part, warn_untuned=False, base_model=None)
+    per_turn = max(3, args.repeat // 3)
+    timers = {"zero-trial": lambda: zero.benchmark(*inputs, repeat=per_turn)["median"],
+              "default schedules": lambda: default.benchmark(*inputs, repeat=3)["median"]}
     if args.log_file:
         tuned = G.GraphExecutor(part, log_file=args.log_file, warn_untuned=False)
-        times[f"tuned ({len(part.tasks) - len(tuned.untuned)} of {len(part.tasks)} tasks in the log)"] = \
-            tuned.benchmark(*inputs, repeat=args.repeat)["median"]
-    torch_best = torch_seconds(graph, inputs, args.repeat)
+        timers[f"tuned ({len(part.tasks) - len(tuned.untuned)} of {len(part.tasks)} tasks in the log)"] = \
+            lambda: tuned.benchmark(*inputs, repeat=per_turn)["median"]
+    timers["torch"] = lambda: torch_seconds(graph, inputs, per_turn)
+    times = fastest_in_turns(timers)  # in turns, the fastest of 3 of each
+    torch_best = times.pop("torch")
     say(f"\n# {part.name} batch {args.batch_size}, no measurement: zero-trial programs found in {search_s:.0f} s "
         f"({search_s / max(len(part.tasks), 1):.1f} s a task); verified against numpy: {'OK' if ok else 'WRONG'} "
         f"({err:.1e})")
     zero_s = times["zero-trial"]
     for label, t in times.items():
-        say(f"  {label:<44} {1e3 * t:10.3f} ms  ({t / zero_s:.2f}x the zero-trial latency)")
+        say(f"  {label:<44} {1e3 * t:10.3f} ms  (the zero-trial latency is {zero_s / t:.2f}x this)")
     if torch_best:
         say(f"  {'PyTorch ' + machine_info()['torch']:<44} {1e3 * torch_best:10.3f} ms  "
             f"-> zero-trial {torch_best / zero_s:.2f}x PyTorch")
@@ -287,6 +290,7 @@ def zero_trial(graph, part, args, say) -> int:
         "vs_torch": torch_best / zero_s if torch_best else None, "latency_ms": 1e3 * zero_s,
         "default_ms": 1e3 * times["default schedules"], "tuned_ms": tuned_ms[0] if tuned_ms else None,
         "vs_tuned": tuned_ms[0] / (1e3 * zero_s) if tuned_ms else None,
+        "zero_over_tuned": 1e3 * zero_s / tuned_ms[0] if tuned_ms else None,
         "torch_ms": 1e3 * torch_best if torch_best else None, "trials": 0, "tasks": len(part.tasks),
         "zero_trial_search_s": search_s, "verified": ok}])
     return 0 if ok else 1

@@ -8,13 +8,15 @@ onnxruntime and PyTorch.
 
 The model (``bench/onnx_models.py``: the ONNX zoo's ResNet-50 and SqueezeNet from the onnx
 wheel, MobileNet-V2 and BERT-base exported from PyTorch) is imported with
-``autosched.graph.from_onnx`` and first run untuned (default schedules). It is then tuned
+``autosched.graph.from_onnx`` and first run untuned (every task its zero-trial program,
+the base model's pick; default schedules with ``AUTOSCHED_BASE_MODEL=off``). It is then tuned
 with ``autosched.tune_networks`` in chunks that resume from one log; after each chunk the
 model runs end to end from the best programs so far (the curve of end-to-end latency
 against tuning time; building and timing are not counted as tuning time). At the end the
-tuned model is checked against onnxruntime's outputs and timed beside onnxruntime (2
-intra-op threads) and PyTorch (2 threads: the exported module itself, or the ONNX file
-run by PyTorch for the zoo's models), all in this run. The end-to-end latency is also set
+tuned model is checked against onnxruntime's outputs and timed in turns (three rounds, the
+fastest of each kept) with the untuned model, onnxruntime (2 intra-op threads) and PyTorch
+(2 threads: the exported module itself, or the ONNX file run by PyTorch for the zoo's
+models), all in this run. The end-to-end latency is also set
 against the sum of its tasks' measured latencies (what the executor adds between kernels)
 and against the executor's own per-kernel profile.
 """
@@ -31,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onnx_models  # noqa: E402
-from common import bench_args, emit_json, network_runner  # noqa: E402
+from common import bench_args, emit_json, fastest_in_turns, network_runner  # noqa: E402
 
 import autosched  # noqa: E402
 from autosched import graph as G  # noqa: E402
@@ -42,7 +44,8 @@ THREADS = 2
 
 
 def torch_baseline(src, inputs):
-    """Seconds per run of PyTorch on 2 threads, and its outputs (None where it cannot run)."""
+    """A run of PyTorch on 2 threads, its outputs, and what runs (None, None and why where
+    it cannot run the model)."""
     try:
         import torch
     except ImportError:
@@ -69,7 +72,7 @@ def torch_baseline(src, inputs):
             return runner(*inputs)
         what = "the ONNX file run by PyTorch, TorchScript frozen"
         out = run()
-    return B.seconds_per_call(run, repeat=10), out, what
+    return run, out, what
 
 
 def relative_error(got, want) -> float:
@@ -121,10 +124,11 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         untuned_ex = G.GraphExecutor(part, warn_untuned=False, kernel_cache=kernels)
-    untuned = untuned_ex.benchmark(*inputs, repeat=max(3, args.repeat // 3))["median"]
-    say(f"# untuned (default schedules): {1e3 * untuned:.3f} ms end to end ({untuned_ex.n_kernels} kernels, "
+    untuned_kind = ("zero-trial programs" if any(p.zero_trial for p in untuned_ex.programs.values())
+                    else "default schedules")
+    untuned_first = untuned_ex.benchmark(*inputs, repeat=max(3, args.repeat // 3))["median"]
+    say(f"# untuned ({untuned_kind}): {1e3 * untuned_first:.3f} ms end to end ({untuned_ex.n_kernels} kernels, "
         f"built in {untuned_ex.build_seconds:.1f} s)", flush=True)
-    del untuned_ex
 
     log = args.log_file or os.path.join(tempfile.mkdtemp(prefix="tune_onnx_"), f"{args.model}.jsonl")
     budget, tuned_s, chunk, curve, result = 60.0 * args.minutes, 0.0, 0, [], None
@@ -155,11 +159,17 @@ def main(argv=None) -> int:
     ort_out = ort_run(*inputs)
     err = relative_error(ours_out, ort_out)
     ok = err <= 1e-3
-    ours = executor.benchmark(*inputs, repeat=args.repeat, min_repeat_ms=100)["median"]
-    ort_t = B.seconds_per_call(lambda: ort_run(*inputs), repeat=args.repeat)
-    torch_t, torch_out, torch_what = torch_baseline(src, inputs)
+    torch_run, torch_out, torch_what = torch_baseline(src, inputs)
     if torch_out is not None and relative_error(torch_out, ort_out) > 1e-3:
         print("# WARNING: PyTorch's outputs differ from onnxruntime's", file=sys.stderr)
+    per_turn = max(3, args.repeat // 3)  # the final timings: in turns, the fastest of 3 kept
+    final = fastest_in_turns({
+        "ours": lambda: executor.benchmark(*inputs, repeat=per_turn, min_repeat_ms=100)["median"],
+        "untuned": lambda: untuned_ex.benchmark(*inputs, repeat=per_turn, min_repeat_ms=100)["median"],
+        "onnxruntime": lambda: B.seconds_per_call(lambda: ort_run(*inputs), repeat=per_turn),
+        "torch": lambda: B.seconds_per_call(torch_run, repeat=per_turn) if torch_run else None})
+    ours, untuned, ort_t, torch_t = final["ours"], final["untuned"], final["onnxruntime"], final["torch"]
+    del untuned_ex
     tasks_sum = result.estimated_latencies()[part.name] if result is not None else float("inf")
     profile = executor.profile(*inputs, repeat=3)
     profile_sum = sum(r["total"] for r in profile)
@@ -175,8 +185,9 @@ def main(argv=None) -> int:
     for s, e, t, u in curve:
         say(f"  {s:9.0f} {e:14.3f} {'-' if t is None else f'{t:.3f}':>13} {u:14d}")
     ratio = ours / tasks_sum if tasks_sum < 1e9 else None
-    say(f"\n# {args.model}: tuned {1e3 * ours:.3f} ms end to end ({flops / ours / 1e9:.1f} GFLOPS), untuned "
-        f"{1e3 * untuned:.3f} ms; outputs vs onnxruntime: {'OK' if ok else 'WRONG'} (max relative error {err:.1e})")
+    say(f"\n# timed in turns, the fastest of 3 of each: {args.model} tuned {1e3 * ours:.3f} ms end to end "
+        f"({flops / ours / 1e9:.1f} GFLOPS), untuned ({untuned_kind}) {1e3 * untuned:.3f} ms = {untuned / ours:.2f}x "
+        f"the tuned latency; outputs vs onnxruntime: {'OK' if ok else 'WRONG'} (max relative error {err:.1e})")
     say(f"# end to end / sum of the tasks' measured latencies ({1e3 * tasks_sum:.3f} ms): "
         f"{'-' if ratio is None else f'{ratio:.3f}'}; / the executor's per-kernel profile "
         f"({1e3 * profile_sum:.3f} ms): {ours / profile_sum:.3f}")
@@ -191,7 +202,8 @@ def main(argv=None) -> int:
            "torch_gflops": flops / torch_t / 1e9 if torch_t else None, "vs_numpy": None,
            "vs_torch": torch_t / ours if torch_t else None, "latency_ms": 1e3 * ours,
            "onnxruntime_ms": 1e3 * ort_t, "vs_onnxruntime": ort_t / ours,
-           "torch_ms": 1e3 * torch_t if torch_t else None, "untuned_ms": 1e3 * untuned, "tuning_s": tuned_s,
+           "torch_ms": 1e3 * torch_t if torch_t else None, "untuned_ms": 1e3 * untuned, "untuned_programs": untuned_kind,
+           "untuned_over_tuned": untuned / ours, "tuning_s": tuned_s,
            "trials": len(autosched.read_records(log)) if os.path.exists(log) else 0,
            "tasks_sum_ms": 1e3 * tasks_sum if tasks_sum < 1e9 else None, "e2e_over_tasks": ratio,
            "profile_sum_ms": 1e3 * profile_sum, "e2e_over_profile": ours / profile_sum,

@@ -107,17 +107,11 @@ def retime(kernel, dag, w) -> float:
 
 def compare_speeds(kernels, dag, w, rounds: int = 3) -> tuple[list, float | None, float | None]:
     """Seconds per call of each tuned kernel, of numpy and of PyTorch (None where it does
-    not apply), timed in turns ``rounds`` times, the fastest of each kept: on a shared
-    machine a slow spell then hits all of them instead of one."""
-    timers = [lambda k=k: retime(k, dag, w) for k in kernels]
-    timers += [lambda: numpy_baseline(w), lambda: torch_baseline(w)]
-    best = [None] * len(timers)
-    for _ in range(rounds):
-        for i, timer in enumerate(timers):
-            t = timer()
-            if t is not None:
-                best[i] = t if best[i] is None else min(best[i], t)
-    return best[:-2], best[-2], best[-1]
+    not apply), the fastest of ``rounds`` turns (``common.fastest_in_turns``)."""
+    timers = {i: (lambda k=k: retime(k, dag, w)) for i, k in enumerate(kernels)}
+    timers.update(numpy=lambda: numpy_baseline(w), torch=lambda: torch_baseline(w))
+    best = common.fastest_in_turns(timers, rounds)
+    return [best[i] for i in range(len(kernels))], best["numpy"], best["torch"]
 
 
 def best_record_at(path, task, n: int):

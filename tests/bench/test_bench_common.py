@@ -64,6 +64,21 @@ def test_time_numpy_measures_the_call():
     assert 0 < fast < slow < 0.1
 
 
+def test_timers_are_read_in_turns_and_the_fastest_reading_of_each_is_kept():
+    order, readings = [], {"a": iter([3.0, 1.0, 2.0]), "b": iter([0.5, 0.7, 0.6])}
+
+    def timer(label):
+        def read():
+            order.append(label)
+            return next(readings[label])
+        return read
+    best = common.fastest_in_turns({"a": timer("a"), "b": timer("b"), "none": lambda: None}, rounds=3)
+    assert best == {"a": 1.0, "b": 0.5, "none": None}
+    assert order == ["a", "b"] * 3  # one reading of each per round, in turn
+    with pytest.raises(ValueError, match="rounds"):
+        common.fastest_in_turns({"a": timer("a")}, rounds=0)
+
+
 def test_fp32_peak_is_positive_and_physically_possible():
     cores = common.machine_info()["cores"]
     bound = 64 * 5.0  # GFLOPS per core: 64 FLOP/cycle (2 AVX-512 FMA pipes) at 5 GHz

@@ -46,3 +46,5 @@ def test_smoke_run_keeps_the_json_contract(capsys):
                 "e2e_over_tasks", "curve"):
         assert key in row
     assert row["verified"] and row["latency_ms"] > 0 and row["untuned_ms"] > 0 and row["curve"]
+    assert row["untuned_programs"] in ("zero-trial programs", "default schedules")
+    assert row["untuned_over_tuned"] == pytest.approx(row["untuned_ms"] / row["latency_ms"])
