@@ -57,6 +57,19 @@ class _Parser(argparse.ArgumentParser):
 
 # argument types shared by the subcommands ----------------------------------------------------
 
+def positive_number(option: str):
+    """A float option that must be above 0."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{option} must be > 0, got {text}")
+        return value
+    return parse
+
+
 def count(option: str, minimum: int):
     """An int option that must be at least ``minimum``."""
     def parse(text: str) -> int:
@@ -257,6 +270,10 @@ def cmd_sketches(args) -> int:
 NETWORK_OPTIONS = {"batch_size": 1, "strategy": "gradient", "objective": "latency", "early_stopping_per_task": None}
 
 
+def _seconds(minutes: float | None) -> float | None:
+    return None if minutes is None else 60.0 * minutes
+
+
 def add_tune(sub) -> None:
     tune = sub.add_parser("tune", help="tune a workload, a network (--network) or an ONNX model (model.onnx)")
     tune.add_argument("workload", nargs="?", type=workload_or_model, default=None,
@@ -270,6 +287,9 @@ def add_tune(sub) -> None:
                       help="JSON-lines tuning log: appended to, and resumed from")
     tune.add_argument("--early-stopping", type=count("--early-stopping", 1), default=None,
                       help="stop after N trials without improvement")
+    tune.add_argument("--minutes", type=positive_number("--minutes"), default=None,
+                      help="stop after about M minutes of tuning (no round starts after them), "
+                           "whatever --trials allows")
     _add_seed(tune)
     _add_history(tune)
     tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
@@ -346,7 +366,8 @@ def _tune(args) -> int:
     target = "cuda" if args.target == "cuda" else None
     result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
                            measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           early_stopping=args.early_stopping, **_history(args), **args.measurement)
+                           early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
+                           **_history(args), **args.measurement)
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
@@ -392,7 +413,7 @@ def cmd_tune_network(args) -> int:
     print(f"# {net.summary()}\n# {part.summary()}", flush=True)
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
                                     seed=args.seed, strategy=args.strategy, objective=args.objective,
-                                    early_stopping=args.early_stopping,
+                                    early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
                                     early_stopping_per_task=args.early_stopping_per_task, **_history(args),
                                     **args.measurement)
     executor = result.executor(0, base_model=args.base_model)
@@ -457,7 +478,8 @@ def cmd_tune_model(args) -> int:
     part = graph.partition(model)
     print(f"# {model.summary()}\n# {part.summary()}", flush=True)
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
-                                    seed=args.seed, early_stopping=args.early_stopping, **_history(args),
+                                    seed=args.seed, early_stopping=args.early_stopping,
+                                    time_budget_s=_seconds(args.minutes), **_history(args),
                                     **args.measurement)
     executor = result.executor(0, warn_untuned=False, base_model=args.base_model)
     estimate = result.estimated_latencies()[part.name]

@@ -112,7 +112,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, batch: int = 1,
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, callbacks=None,
                   hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
-                  records_db="default") -> NetworkTuneResult:
+                  records_db="default", time_budget_s: float | None = None) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
     ``PartitionedGraph``, or a list of them) with ``trials`` measurements in all (default
     1000 × the number of tasks, as the paper), ``measure_batch`` per round.
@@ -125,7 +125,9 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     for all tasks, appended to and resumed from. ``early_stopping``: stop once the
     objective has not improved for that many trials; ``early_stopping_per_task``: retire a
     task after that many trials without improvement. ``base_model`` and ``records_db``: as
-    ``auto_schedule``'s. Deterministic for a ``seed`` given the same measurements.
+    ``auto_schedule``'s. ``time_budget_s``: tune for at most about this many wall seconds
+    (no round starts after it; at most one round more), whatever ``trials`` allows.
+    Deterministic for a ``seed`` given the same measurements (a time budget is not).
 
     The default ``runner`` times programs as they run in the model: with their weights
     evicted from the caches when the networks' weights exceed the last-level cache
@@ -169,7 +171,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     try:
         measurer = tune_tasks(scheduler, policies, model, trials=trials, measure_batch=measure_batch,
                               early_stopping=early_stopping, log=log, builder=builder, runner=runner,
-                              db=db, prior=prior)
+                              db=db, prior=prior, time_budget_s=time_budget_s)
     finally:
         if search_pool is not None:
             search_pool.shutdown()

@@ -104,13 +104,14 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
                   search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, custom_rules=None,
                   verbose: int = 1, target: str | None = None, base_model="default",
-                  records_db="default") -> TuneResult:
+                  records_db="default", time_budget_s: float | None = None) -> TuneResult:
     """Search for a fast program of ``dag_or_task`` with at most ``trials`` measurements,
     ``measure_batch`` per round. With ``log_file``, every measurement is appended to it and
     a run resumes from it (programs measured before are not measured again; the cost
     model learns from them); a file that is not a tuning log, or cannot be written, is
     refused before anything is measured. ``early_stopping``: stop after that many trials
-    without improvement. ``cost_model``: "xgb", "random" or a CostModel. Deterministic
+    without improvement; ``time_budget_s``: start no round after this many wall seconds
+    (whatever ``trials`` allows). ``cost_model``: "xgb", "random" or a CostModel. Deterministic
     for a ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU
     of this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU.
 
@@ -138,7 +139,7 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
                                   callbacks=[_Progress(flops, trials)] if verbose else [])
         measurer = tune_tasks(scheduler, [policy], model, trials=trials, measure_batch=measure_batch,
                               early_stopping=early_stopping, log=log, builder=builder, runner=runner,
-                              db=db, prior=prior)
+                              db=db, prior=prior, time_budget_s=time_budget_s)
     finally:
         if search_pool is not None:
             search_pool.shutdown()
@@ -167,13 +168,14 @@ def prior_and_model(tasks, cost_model, seed: int, base_model, records_db):
 
 def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measure_batch: int,
                early_stopping: int | None, log: RecordToFile | None, builder=None, runner=None,
-               db: RecordsDB | None = None, prior=()) -> ProgramMeasurer:
+               db: RecordsDB | None = None, prior=(), time_budget_s: float | None = None) -> ProgramMeasurer:
     """The tuning loop of ``auto_schedule`` and ``tune_networks``: one measurer for all of
     ``scheduler``'s tasks (appending to ``log`` and the records ``db``), resumed from the
     log's records and the ``prior`` ones of the database (see ``records.resume``: the
     measurer, the policies and the shared ``model`` take them in; the scheduler starts from
     the rounds and latencies they reached), then the scheduler spends ``trials``
-    measurements in rounds of ``measure_batch`` (``TaskScheduler.tune``). Returns the
+    measurements in rounds of ``measure_batch`` (``TaskScheduler.tune``; within
+    ``time_budget_s`` wall seconds where given). Returns the
     measurer (closed), which knows the best program of each task."""
     callbacks = [cb for cb in (log, db.writer() if db is not None else None) if cb is not None]
     measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), callbacks=callbacks)
@@ -185,7 +187,7 @@ def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measur
             counts = resume(earlier, scheduler.tasks, policies, model, measurer)
             for i, (task, n) in enumerate(zip(scheduler.tasks, counts)):
                 scheduler.restore(i, measurer.best_cost(task), n, measure_batch)
-        scheduler.tune(policies, measurer, trials, measure_batch, early_stopping)
+        scheduler.tune(policies, measurer, trials, measure_batch, early_stopping, time_budget_s)
     finally:
         measurer.close()
     return measurer

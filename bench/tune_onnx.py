@@ -80,12 +80,13 @@ def relative_error(got, want) -> float:
                for g, w in zip(got, want))
 
 
-def tune_chunk(part, args, trials: int, log: str, chunk: int):
+def tune_chunk(part, args, trials: int, log: str, chunk: int, seconds: float | None):
     params = SearchParams(population=args.population, generations=args.generations,
                           init_min_population=min(50, args.population))
     runner = network_runner([part], args.min_repeat_ms)
     return autosched.tune_networks(part, trials=trials, measure_batch=args.measure_batch, log_file=log,
                                    seed=args.seed + chunk, search_params=params, runner=runner,
+                                   time_budget_s=seconds,
                                    verbose=0 if args.json_only else 1)
 
 
@@ -133,15 +134,14 @@ def main(argv=None) -> int:
     log = args.log_file or os.path.join(tempfile.mkdtemp(prefix="tune_onnx_"), f"{args.model}.jsonl")
     budget, tuned_s, chunk, curve, result = 60.0 * args.minutes, 0.0, 0, [], None
     first = len(part.tasks) * args.measure_batch          # the warm-up: one round per task
-    rate = None
     while tuned_s < budget:
         slice_s = min(budget - tuned_s, budget / args.curve_points)
-        trials = first if rate is None else max(args.measure_batch, int(rate * slice_s))
+        # the warm-up (one round per task) whole, then chunks of wall time (at most one
+        # round over: TaskScheduler.tune's time budget)
+        trials, seconds = (first, None) if chunk == 0 else (1 << 30, slice_s)
         t0 = time.perf_counter()
-        result = tune_chunk(part, args, trials, log, chunk)
-        spent = time.perf_counter() - t0
-        tuned_s += spent
-        rate = result.trials / spent if result.trials else None
+        result = tune_chunk(part, args, trials, log, chunk, seconds)
+        tuned_s += time.perf_counter() - t0
         chunk += 1
         ex = result.executor(0, warn_untuned=False, kernel_cache=kernels)
         e2e = ex.benchmark(*inputs, repeat=max(3, args.repeat // 2), min_repeat_ms=50)["median"]

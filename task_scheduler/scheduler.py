@@ -193,14 +193,18 @@ class TaskScheduler:
         return len(states)
 
     def tune(self, policies: Sequence, measurer, trials: int, measure_batch: int = 64,
-             early_stopping: int | None = None) -> "TaskScheduler":
+             early_stopping: int | None = None, time_budget_s: float | None = None) -> "TaskScheduler":
         """Spend up to ``trials`` measurements, ``measure_batch`` per round, over the tasks
         (``policies[i]`` searches task i). ``early_stopping``: stop once the objective has
-        not improved for that many trials."""
+        not improved for that many trials. ``time_budget_s``: start no round once this many
+        wall seconds have passed since the call (the round under way finishes, so the
+        budget is exceeded by at most one round)."""
         if len(policies) != self.n_tasks:
             raise ValueError(f"{len(policies)} policies for {self.n_tasks} tasks")
         if trials < 0 or measure_batch < 1:
             raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
+        if time_budget_s is not None and not time_budget_s > 0:
+            raise ValueError(f"time_budget_s must be a positive number of seconds or None, got {time_budget_s}")
         self._start = time.perf_counter()
         self.measurer = measurer
         for cb in self.callbacks:
@@ -209,6 +213,9 @@ class TaskScheduler:
         best_value, best_at = self.objective_value(), 0
         try:
             while self.total_trials < trials:
+                if time_budget_s is not None and time.perf_counter() - self._start >= time_budget_s:
+                    self.stop_reason = f"the time budget of {time_budget_s:g} s spent"
+                    break
                 i = self.next_task()
                 if i is None:
                     break

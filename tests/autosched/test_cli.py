@@ -30,6 +30,8 @@ def bad_arguments(tmp_path):
         "--seed -1": ([GMM, "--seed", "-1"], "--seed must be >= 0, got -1"),
         "--early-stopping 0": ([GMM, "--early-stopping", "0"], "--early-stopping must be >= 1, got 0"),
         "--batch-size 0": (["--network", "resnet50", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        "--minutes 0": ([GMM, "--minutes", "0"], "--minutes must be > 0, got 0"),
+        "--minutes x": ([GMM, "--minutes", "x"], "--minutes must be a number, got 'x'"),
         "unknown workload": (["GMM-1x3", "--trials", "1"], "unknown workload 'GMM-1x3'"),
         "abbreviated option": ([GMM, "--tri", "3"], "unrecognized arguments: --tri 3"),
     }
@@ -191,6 +193,7 @@ def test_command_line_tunes_a_network(monkeypatch, capsys, tmp_path):
 
     def tune(*args, **kwargs):
         seen["measure_batch"] = kwargs["measure_batch"]
+        seen["time_budget_s"] = kwargs["time_budget_s"]
         return real(*args, search_params=SearchParams(population=32, generations=1, init_min_population=8),
                     cost_model="random", builder=autosched.LocalBuilder(executor=pools[0]),
                     runner=autosched.LocalRunner(min_repeat_ms=2, repeat=3, executor=pools[1]), **kwargs)
@@ -199,12 +202,12 @@ def test_command_line_tunes_a_network(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(networks, "tune_networks", tune)
     try:
         rc = cli.main(["tune", "--network", "resnet50", "--trials", "3", "--batch", "1", "--batch-size", "2",
-                       "--log-file", str(tmp_path / "cli.jsonl")])
+                       "--minutes", "30", "--log-file", str(tmp_path / "cli.jsonl")])
     finally:
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
     out = capsys.readouterr().out
-    assert rc == 0 and seen == {"batch": 2, "measure_batch": 1}
+    assert rc == 0 and seen == {"batch": 2, "measure_batch": 1, "time_budget_s": 1800.0}
     assert "end-to-end" in out and "verified against numpy: OK" in out and "Estimated latency" in out
     assert cli.count_records(str(tmp_path / "cli.jsonl")) == 3
 

@@ -183,6 +183,24 @@ def test_callbacks_print_the_table_and_log_the_curve(tmp_path):
     assert lines[-1]["latencies"][0] == pytest.approx(float(sched.network_latencies()[0]))
 
 
+def test_a_time_budget_stops_the_rounds_once_it_is_spent(monkeypatch):
+    import task_scheduler.scheduler as scheduler_module
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_module.time, "perf_counter", lambda: clock[0])
+
+    class SlowMeasurer(FakeMeasurer):  # every round takes 10 s of the fake clock
+        def measure(self, task, states):
+            clock[0] += 10.0
+            return super().measure(task, states)
+    sched = TaskScheduler(tasks_of(3), weights=np.ones((1, 3)), flops=[1e8] * 3, tags=[""] * 3)
+    sched.tune([FakePolicy() for _ in range(3)], SlowMeasurer(CURVES), trials=1000, measure_batch=4,
+               time_budget_s=35)
+    assert sum(sched.rounds) == 4 and sched.total_trials == 16  # rounds start at 0, 10, 20, 30 s
+    assert "time budget of 35 s" in sched.stop_reason
+    with pytest.raises(ValueError, match="time_budget_s"):
+        sched.tune([FakePolicy() for _ in range(3)], FakeMeasurer(CURVES), trials=4, time_budget_s=0)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="strategy"):
         TaskScheduler(tasks_of(2), strategy="random", flops=[1, 1], tags=["", ""])
