@@ -92,10 +92,13 @@ def rebuild_workload(key: str, desc: str = "") -> ir.ComputeDAG | None:
 def training_programs(records: Iterable, *, on_skip=None) -> list[tuple]:
     """(task, state, cost seconds or None) of every record whose workload can be rebuilt
     and whose steps replay on it, one task per (workload, target); ``on_skip(record,
-    why)`` is told of every other record."""
+    why)`` is told of every other record. Re-timings (``retimed`` records) repeat a
+    program that is already a trial and are left out."""
     tasks: dict[tuple, ir.SearchTask | None] = {}
     out = []
     for rec in records:
+        if rec.retimed:
+            continue
         ident = (rec.workload_key, rec.target, rec.layout_rewrite)
         if ident not in tasks:
             dag = rebuild_workload(rec.workload_key, rec.desc)

@@ -274,6 +274,11 @@ def _seconds(minutes: float | None) -> float | None:
     return None if minutes is None else 60.0 * minutes
 
 
+def _retime(args) -> dict:
+    """``retime_best`` for the tuning functions where ``--retime-best`` was given."""
+    return {} if args.retime_best is None else {"retime_best": args.retime_best}
+
+
 def add_tune(sub) -> None:
     tune = sub.add_parser("tune", help="tune a workload, a network (--network) or an ONNX model (model.onnx)")
     tune.add_argument("workload", nargs="?", type=workload_or_model, default=None,
@@ -290,6 +295,9 @@ def add_tune(sub) -> None:
     tune.add_argument("--minutes", type=positive_number("--minutes"), default=None,
                       help="stop after about M minutes of tuning (no round starts after them), "
                            "whatever --trials allows")
+    tune.add_argument("--retime-best", type=count("--retime-best", 0), default=None, metavar="K",
+                      help="at the end, re-time the K fastest programs of each task in turns and keep the "
+                           "fastest (default 4; 0: keep the fastest single trial)")
     _add_seed(tune)
     _add_history(tune)
     tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
@@ -367,7 +375,7 @@ def _tune(args) -> int:
     result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
                            measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
                            early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
-                           **_history(args), **args.measurement)
+                           **_history(args), **_retime(args), **args.measurement)
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
@@ -415,7 +423,7 @@ def cmd_tune_network(args) -> int:
                                     seed=args.seed, strategy=args.strategy, objective=args.objective,
                                     early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
                                     early_stopping_per_task=args.early_stopping_per_task, **_history(args),
-                                    **args.measurement)
+                                    **_retime(args), **args.measurement)
     executor = result.executor(0, base_model=args.base_model)
     ok, err = executor.verify()
     latency = executor.benchmark(repeat=5)["median"]
@@ -480,7 +488,7 @@ def cmd_tune_model(args) -> int:
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
                                     seed=args.seed, early_stopping=args.early_stopping,
                                     time_budget_s=_seconds(args.minutes), **_history(args),
-                                    **args.measurement)
+                                    **_retime(args), **args.measurement)
     executor = result.executor(0, warn_untuned=False, base_model=args.base_model)
     estimate = result.estimated_latencies()[part.name]
     estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"
@@ -597,12 +605,15 @@ def _best_seconds(fn, min_time: float = 0.2) -> float:
 
 # interrupted runs -------------------------------------------------------------------------------
 
-def count_records(path: str | None) -> int:
-    """Complete lines of a tuning log that hold records (not comments), 0 if there is none."""
+def count_trials(path: str | None) -> int:
+    """Complete lines of a tuning log that hold trials (not comments, nor the re-timings a
+    tuning ends with: ``"retimed":true``, as ``TuningRecord.to_json`` writes it), 0 if
+    there is none."""
     if not path or not os.path.isfile(path):
         return 0
     with open(path, encoding="utf-8", errors="replace") as f:
-        return sum(1 for line in f if line.endswith("\n") and line.strip() and not line.lstrip().startswith("#"))
+        return sum(1 for line in f if line.endswith("\n") and line.strip() and not line.lstrip().startswith("#")
+                   and '"retimed":true' not in line)
 
 
 def resume_command(argv: list[str], trials: int) -> str:
@@ -620,7 +631,7 @@ def resume_command(argv: list[str], trials: int) -> str:
     return shlex.join(prog + words + ["--trials", str(trials)])
 
 
-def report_interrupt(args, argv: list[str], records_before: int) -> None:
+def report_interrupt(args, argv: list[str], trials_before: int) -> None:
     """What Ctrl-C leaves behind: the records saved, and how to go on from them."""
     path = getattr(args, "log_file", None)
     if not hasattr(args, "trials"):
@@ -630,9 +641,9 @@ def report_interrupt(args, argv: list[str], records_before: int) -> None:
         print(f"{PROG}: interrupted; nothing was saved (no --log-file); give --log-file FILE to make a run "
               "resumable", file=sys.stderr)
         return
-    total = count_records(path)
-    saved = max(total - records_before, 0)
-    print(f"{PROG}: interrupted; {saved} new records saved in {path} ({total} in all)\n"
+    total = count_trials(path)
+    saved = max(total - trials_before, 0)
+    print(f"{PROG}: interrupted; {saved} new trials saved in {path} ({total} in all)\n"
           f"resume with: {resume_command(argv, max(args.trials - saved, 0))}", file=sys.stderr)
 
 
@@ -649,7 +660,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
-    records_before = count_records(getattr(args, "log_file", None))
+    trials_before = count_trials(getattr(args, "log_file", None))
     try:
         return args.fn(args)
     except UsageError as err:
@@ -659,7 +670,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return SYSTEM_ERROR
     except KeyboardInterrupt:
-        report_interrupt(args, argv, records_before)
+        report_interrupt(args, argv, trials_before)
         return INTERRUPTED
 
 

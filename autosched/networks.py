@@ -22,7 +22,7 @@ from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partitio
 from .measure import LocalBuilder, LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .records import RecordToFile
-from .tune import prior_and_model, search_workers, tune_tasks
+from .tune import RETIME_BEST, prior_and_model, search_workers, tune_tasks
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -112,7 +112,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, batch: int = 1,
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, callbacks=None,
                   hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
-                  records_db="default", time_budget_s: float | None = None) -> NetworkTuneResult:
+                  records_db="default", time_budget_s: float | None = None,
+                  retime_best: int = RETIME_BEST) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
     ``PartitionedGraph``, or a list of them) with ``trials`` measurements in all (default
     1000 × the number of tasks, as the paper), ``measure_batch`` per round.
@@ -127,6 +128,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     task after that many trials without improvement. ``base_model`` and ``records_db``: as
     ``auto_schedule``'s. ``time_budget_s``: tune for at most about this many wall seconds
     (no round starts after it; at most one round more), whatever ``trials`` allows.
+    ``retime_best``: as ``auto_schedule``'s (each task measured in this run has its
+    fastest programs re-timed in turns at the end: a few seconds a task, after the budget).
     Deterministic for a ``seed`` given the same measurements (a time budget is not).
 
     The default ``runner`` times programs as they run in the model: with their weights
@@ -171,7 +174,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     try:
         measurer = tune_tasks(scheduler, policies, model, trials=trials, measure_batch=measure_batch,
                               early_stopping=early_stopping, log=log, builder=builder, runner=runner,
-                              db=db, prior=prior, time_budget_s=time_budget_s)
+                              db=db, prior=prior, time_budget_s=time_budget_s, retime_best=retime_best)
     finally:
         if search_pool is not None:
             search_pool.shutdown()

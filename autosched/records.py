@@ -64,6 +64,9 @@ class TuningRecord(HasCosts):
     run_time: float = 0.0
     repeats: int = 0
     saved_repeats: int = 0
+    #: a re-timing in turns of a program measured before (``ProgramMeasurer.retime``): not
+    #: a trial; a workload's programs with a re-timing rank before the others
+    retimed: bool = False
 
     def state(self, dag) -> ir.State:
         """The recorded program, replayed on ``dag`` (which must be the recorded workload);
@@ -75,7 +78,7 @@ class TuningRecord(HasCosts):
 
     def result(self) -> MeasureResult:
         return MeasureResult(tuple(self.costs), self.error_no, self.error_msg, self.all_cost, self.timestamp,
-                             self.build_time, self.run_time, self.repeats, self.saved_repeats)
+                             self.build_time, self.run_time, self.repeats, self.saved_repeats, retimed=self.retimed)
 
     # JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -85,6 +88,8 @@ class TuningRecord(HasCosts):
              "error_msg": self.error_msg, "all_cost": self.all_cost, "build_time": self.build_time,
              "run_time": self.run_time, "repeats": self.repeats, "saved_repeats": self.saved_repeats,
              "timestamp": self.timestamp}
+        if self.retimed:  # (only then: the lines of trials stay as they were)
+            d["retimed"] = True
         return d
 
     def to_json(self) -> str:
@@ -117,7 +122,7 @@ class TuningRecord(HasCosts):
                        layout_rewrite=bool(d.get("layout_rewrite", False)), program=str(d.get("program", "")),
                        hardware=d.get("hardware"), build_time=float(d.get("build_time", 0.0)),
                        run_time=float(d.get("run_time", 0.0)), repeats=int(d.get("repeats", 0)),
-                       saved_repeats=int(d.get("saved_repeats", 0)))
+                       saved_repeats=int(d.get("saved_repeats", 0)), retimed=bool(d.get("retimed", False)))
         except KeyError as err:
             raise ValueError(f"the record has no {err.args[0]!r} field") from None
         except TypeError as err:
@@ -137,7 +142,7 @@ class TuningRecord(HasCosts):
                    layout_rewrite=bool(task.layout_rewrite), program=inp.key,
                    hardware=asdict(hardware) if hardware is not None else None,
                    build_time=float(res.build_time), run_time=float(res.run_time), repeats=int(res.repeats),
-                   saved_repeats=int(res.saved_repeats))
+                   saved_repeats=int(res.saved_repeats), retimed=bool(res.retimed))
 
 
 def _tuples(v):
@@ -205,12 +210,15 @@ def load_records(source) -> dict[str, list[TuningRecord]]:
 
 def _ranked(records: Iterable[TuningRecord], target: str | None) -> dict[str, list[TuningRecord]]:
     """The successful records of each workload, fastest first, of ``target`` only when one
-    is given; a program measured more than once counts once (its best measurement)."""
+    is given; a program measured more than once counts once (its best measurement).
+    Programs re-timed in turns (``retimed`` records, see ``ProgramMeasurer.retime``) rank
+    first, by their re-timings: on a noisy machine the fastest single trial is often only
+    the luckiest, and the re-timing in turns is what tells the best programs apart."""
     out: dict[str, list[TuningRecord]] = {}
     for key, recs in load_records(records).items():
         seen, ranked = set(), []
         for r in sorted((r for r in recs if r.ok and (target is None or r.target == target)),
-                        key=lambda r: r.mean_cost):
+                        key=lambda r: (not r.retimed, r.mean_cost)):
             ident = (r.target, r.program or json.dumps(_lists(r.steps)))
             if ident not in seen:
                 seen.add(ident)
@@ -470,6 +478,12 @@ def apply_history_best(source, target: str | None = None, base_model="default"):
 
 # resuming a tuning ------------------------------------------------------------------------
 
+def trials_of(records: Iterable[TuningRecord]) -> list[TuningRecord]:
+    """The records that are trials: measurements of programs the search proposed, not
+    re-timings of programs measured before (which repeat a program already in the list)."""
+    return [r for r in records if not r.retimed]
+
+
 def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) -> list[int]:
     """Continue a tuning of ``tasks`` from ``records`` (earlier measurements, e.g. a log's
     ``read_records``): for each task, the records of its workload that replay on its DAG
@@ -477,23 +491,29 @@ def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) ->
     far), remembered by the task's policy (``policies[i].remember``: never proposed again)
     and learned by the shared cost ``model`` in one update for all tasks. Records that do
     not replay (an edited log, an older version's steps) are skipped with a warning each.
-    Returns how many records each task has."""
+    Re-timings (``retimed`` records) are not trials: only the measurer takes them in (its
+    best is then the fastest re-timed program, as the log's). Returns how many trials
+    each task has."""
     by_key: dict[str, list[TuningRecord]] = {}
     for rec in records:
         by_key.setdefault(rec.workload_key, []).append(rec)
     counts, training = [], []
     for task, policy in zip(tasks, policies):
-        valid, states, costs = [], [], []
+        valid, states, costs, retimings = [], [], [], []
         for rec in by_key.get(task.workload_key, ()):
             try:
-                states.append(rec.state(task.dag))
+                state = rec.state(task.dag)
             except ir.InvalidStep as err:
                 warnings.warn(f"autosched: a record of task {task.desc or task.workload_key} does not replay on "
                               f"its DAG and is skipped: {err}", RuntimeWarning, stacklevel=2)
                 continue
+            if rec.retimed:
+                retimings.append(rec)
+                continue
             valid.append(rec)
+            states.append(state)
             costs.append(rec.mean_cost if rec.ok else None)
-        measurer.load(valid)
+        measurer.load(valid + retimings)
         training += policy.remember(states, costs)
         counts.append(len(valid))
     if training:

@@ -38,6 +38,7 @@ from common import bench_args, emit_json, fastest_in_turns, network_runner  # no
 import autosched  # noqa: E402
 from autosched import graph as G  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
+from autosched.tune import RETIME_BEST  # noqa: E402
 from evolution import SearchParams  # noqa: E402
 
 THREADS = 2
@@ -80,13 +81,15 @@ def relative_error(got, want) -> float:
                for g, w in zip(got, want))
 
 
-def tune_chunk(part, args, trials: int, log: str, chunk: int, seconds: float | None):
+def tune_chunk(part, args, trials: int, log: str, chunk: int, seconds: float | None, last: bool):
+    """One chunk of the tuning; only the last ends by re-timing every task's best programs
+    in turns (``tune_networks(retime_best=)``), as one tuning of the whole budget would."""
     params = SearchParams(population=args.population, generations=args.generations,
                           init_min_population=min(50, args.population))
     runner = network_runner([part], args.min_repeat_ms)
     return autosched.tune_networks(part, trials=trials, measure_batch=args.measure_batch, log_file=log,
                                    seed=args.seed + chunk, search_params=params, runner=runner,
-                                   time_budget_s=seconds,
+                                   time_budget_s=seconds, retime_best=RETIME_BEST if last else 0,
                                    verbose=0 if args.json_only else 1)
 
 
@@ -140,7 +143,7 @@ def main(argv=None) -> int:
         # round over: TaskScheduler.tune's time budget)
         trials, seconds = (first, None) if chunk == 0 else (1 << 30, slice_s)
         t0 = time.perf_counter()
-        result = tune_chunk(part, args, trials, log, chunk, seconds)
+        result = tune_chunk(part, args, trials, log, chunk, seconds, last=chunk > 0 and slice_s >= budget - tuned_s)
         tuned_s += time.perf_counter() - t0
         chunk += 1
         ex = result.executor(0, warn_untuned=False, kernel_cache=kernels)

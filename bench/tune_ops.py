@@ -27,6 +27,7 @@ import ir  # noqa: E402
 import autosched  # noqa: E402
 import sketch_rules  # noqa: E402
 from autosched import ops  # noqa: E402
+from autosched.records import trials_of  # noqa: E402
 from autosched.tune import search_workers  # noqa: E402
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel  # noqa: E402
 
@@ -115,9 +116,9 @@ def compare_speeds(kernels, dag, w, rounds: int = 3) -> tuple[list, float | None
 
 
 def best_record_at(path, task, n: int):
-    """The fastest valid record among the first ``n`` records of ``task`` in a log (None if
+    """The fastest valid record among the first ``n`` trials of ``task`` in a log (None if
     it holds fewer than ``n``, or none of them is valid)."""
-    records = [r for r in autosched.read_records(path) if r.workload_key == task.workload_key]
+    records = [r for r in trials_of(autosched.read_records(path)) if r.workload_key == task.workload_key]
     valid = [r for r in records[:n] if r.ok]
     return min(valid, key=lambda r: r.mean_cost) if len(records) >= n and valid else None
 
@@ -125,8 +126,8 @@ def best_record_at(path, task, n: int):
 def history_from_log(path, task) -> list[tuple[int, float, float]]:
     """(trials, best GFLOPS, seconds since the first record started) after every record of
     ``task`` in a tuning log: the whole tuning, across resumed runs (the time between two
-    runs counts)."""
-    records = [r for r in autosched.read_records(path) if r.workload_key == task.workload_key]
+    runs counts); re-timings (``retimed`` records) are not trials and are left out."""
+    records = [r for r in trials_of(autosched.read_records(path)) if r.workload_key == task.workload_key]
     if not records:
         return []
     flops, best, out = task.dag.flop_count(), float("inf"), []

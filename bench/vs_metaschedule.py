@@ -4,10 +4,11 @@ in the same run, with numpy and PyTorch timed beside them.
     python bench/vs_metaschedule.py --trials 64 256 [--workloads GMM-512 DEP-112x112x32-3x3 ...]
 
 For every workload that ../shared/metaschedule/ defines and autosched's suite names:
-1. autosched tunes it once up to the largest trial count (the best program after each
-   smaller count is read from its log: the first 64 trials of a 256-trial run are the
-   64-trial run, given the seed), with the layout rewrite of constant weights, and again
-   without it where the workload has constant weights (MetaSchedule does not repack);
+1. autosched tunes it once for each trial count (a run of its own, as a user's: it ends
+   by re-timing its best programs in turns, ``auto_schedule(retime_best=)``, and its
+   program is the one its log ranks first), with the layout rewrite of constant weights,
+   and again without it where the workload has constant weights (MetaSchedule does not
+   repack);
 2. MetaSchedule tunes it for each trial count (``tvm_ms.py``, in its own venv);
 3. every kernel is re-timed back to back in turns: ours in this process beside numpy and
    PyTorch, MetaSchedule's best schedules through ``retime_tvm.py``; the best of the turns
@@ -15,8 +16,8 @@ For every workload that ../shared/metaschedule/ defines and autosched's suite na
 
 MetaSchedule stays out of the project's dependencies: without its venv (``--ms-python``,
 default /tmp/ms/bin/python, see ../shared/metaschedule/README.md) its columns are null.
-Tuning seconds are wall time: ``auto_schedule``'s up to that trial (from the log's
-timestamps), ``tune_tir``'s for MetaSchedule.
+Tuning seconds are wall time: ``auto_schedule``'s run (from its log's timestamps, so that
+a resumed log keeps its first run's), ``tune_tir``'s for MetaSchedule.
 """
 from __future__ import annotations
 
@@ -27,17 +28,16 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from tune_ops import at_trials, best_record_at, history_from_log, numpy_baseline, retime, torch_baseline  # noqa: E402
+from tune_ops import numpy_baseline, retime, torch_baseline  # noqa: E402
 
 import ir  # noqa: E402
 import autosched  # noqa: E402
 from autosched import ops  # noqa: E402
+from autosched.tune import RETIME_BEST  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MS_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "metaschedule"))
@@ -113,27 +113,25 @@ def has_constant_weights(task: ir.SearchTask) -> bool:
     return any(getattr(t.op, "constant", False) for t in task.dag.inputs)
 
 
-def tune_ours(name: str, trials: int, args, layout_rewrite: bool) -> tuple[str, ir.SearchTask, float]:
-    """Tune with autosched into a log (resuming it); returns (log, task, wall seconds of this call)."""
+def tune_ours(name: str, trials: int, args, layout_rewrite: bool) -> tuple[ir.SearchTask, ir.Kernel | None, float]:
+    """Tune with autosched into a log of this workload, variant and trial count (resuming
+    it); returns (task, kernel of the program the log ranks first, tuning wall seconds)."""
     w = ops.suite_workload(name)
     task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=name, layout_rewrite=layout_rewrite)
-    log = os.path.join(args.log_dir, f"{name}{'' if layout_rewrite else '.norewrite'}.json")
-    t0 = time.perf_counter()
+    log = os.path.join(args.log_dir, f"{name}{'' if layout_rewrite else '.norewrite'}.t{trials}.json")
     autosched.auto_schedule(task, trials=trials, measure_batch=args.batch, seed=args.seed, log_file=log,
-                            layout_rewrite=layout_rewrite, verbose=1)
-    return log, task, time.perf_counter() - t0
+                            layout_rewrite=layout_rewrite, verbose=1, retime_best=args.retime_best)
+    rec = autosched.best_record(log, task.dag)
+    if rec is None:
+        return task, None, log_seconds(log, task)
+    return task, ir.build(task.dag, rec.state(task.dag), layout_rewrite=rec.layout_rewrite), log_seconds(log, task)
 
 
-def checkpoint_kernels(log: str, task: ir.SearchTask, trial_counts) -> dict[int, tuple[ir.Kernel, float]]:
-    """Trials -> (kernel of the best program after that many trials, tuning seconds then)."""
-    history = history_from_log(log, task)
-    out = {}
-    for n in trial_counts:
-        rec = best_record_at(log, task, n)
-        if rec is not None:
-            kernel = ir.build(task.dag, rec.state(task.dag), layout_rewrite=rec.layout_rewrite)
-            out[n] = (kernel, at_trials(history, n)[1])
-    return out
+def log_seconds(log: str, task: ir.SearchTask) -> float:
+    """Wall seconds from the start of the first record of ``task`` in ``log`` to the end of
+    its last (trials and re-timings)."""
+    records = [r for r in autosched.read_records(log) if r.workload_key == task.workload_key]
+    return records[-1].timestamp - (records[0].timestamp - records[0].all_cost) if records else 0.0
 
 
 def retime_all(w, dag, ours: dict, ms: MetaSchedule | None, ms_name: str, rounds: int) -> tuple[dict, dict, float, float]:
@@ -184,9 +182,10 @@ def run(args) -> list[dict]:
             continue
         ours = {}  # (layout_rewrite, trials) -> (kernel, tuning seconds)
         for rewrite in (True, False):
-            log, task, _ = tune_ours(name, trial_counts[-1], args, rewrite)
-            for n, got in checkpoint_kernels(log, task, trial_counts).items():
-                ours[(rewrite, n)] = got
+            for n in trial_counts:
+                task, kernel, seconds = tune_ours(name, n, args, rewrite)
+                if kernel is not None:
+                    ours[(rewrite, n)] = (kernel, seconds)
             if not has_constant_weights(task):
                 break  # without constant weights there is nothing to repack: one variant
         ms_tuned = {n: ms.tune(ms_name, n, args.seed) for n in trial_counts} if ms is not None else {}
@@ -238,6 +237,8 @@ def main(argv=None) -> None:
                         metavar="NAME", help=f"MetaSchedule workload names (default: all of {list(SUITE_NAMES)})")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--retime-best", type=int, default=RETIME_BEST,
+                        help=f"programs of each tuning re-timed in turns at its end (default {RETIME_BEST}; 0: none)")
     parser.add_argument("--rounds", type=int, default=2, help="turns of re-timing; the best of each is kept")
     parser.add_argument("--log-dir", default=None, help="our tuning logs (resumable; default: a temporary folder)")
     parser.add_argument("--ms-python", default=os.environ.get("MS_PYTHON", "/tmp/ms/bin/python"))

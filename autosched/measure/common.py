@@ -102,7 +102,9 @@ class MeasureResult(HasCosts):
     ``repeats``/``saved_repeats``: repeats done and, in adaptive mode, left out because the
     timing had settled; ``number``: calls per repeat; ``kernel_time``: seconds spent in the
     kernel itself (warm-up, calibration and timed calls); ``verified``: the outputs were
-    checked against the reference (and matched)."""
+    checked against the reference (and matched); ``retimed``: a program measured before,
+    timed again in turns with the task's other best programs (``ProgramMeasurer.retime``):
+    not a trial, and what picks the task's best."""
     costs: tuple
     error_no: int = MeasureErrorNo.NO_ERROR
     error_msg: str = ""
@@ -115,6 +117,7 @@ class MeasureResult(HasCosts):
     number: int = 0
     kernel_time: float = 0.0
     verified: bool = False
+    retimed: bool = False
 
     @property
     def error(self) -> MeasureErrorNo:

@@ -15,7 +15,7 @@ import heapq
 import sys
 import warnings
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ir
 
@@ -40,8 +40,9 @@ class _Workload:
     results: dict = field(default_factory=dict)      # program key -> MeasureResult
     best_cost: float = MAX_COST
     best_state: object = None                         # a State, or None
-    #: valid preloaded results not yet replayed, a heap of (cost, order, step records): the
-    #: fastest that replays on the task's DAG becomes the best when the task is first seen
+    #: valid preloaded results not yet replayed, a heap of (rank, cost, order, step records),
+    #: rank 0 for re-timings, else 1: the first that replays on the task's DAG becomes the
+    #: best when the task is first seen (re-timed programs first, as ``records.best_records``)
     loaded: list = field(default_factory=list)
     measured: int = 0                                 # measured in this session
 
@@ -113,12 +114,14 @@ class ProgramMeasurer:
 
     def _settle(self, task, w: _Workload) -> None:
         """The best preloaded program of ``task`` that replays on its DAG becomes the best
-        so far; faster ones that do not replay (an edited log, another version's steps) are
-        skipped with a warning each."""
-        while w.loaded and w.loaded[0][0] < w.best_cost:
-            cost, _, steps = heapq.heappop(w.loaded)
+        so far (re-timed programs rank first); better ones that do not replay (an edited
+        log, another version's steps) are skipped with a warning each."""
+        best_rank = 1
+        while w.loaded and w.loaded[0][:2] < (best_rank, w.best_cost):
+            rank, cost, _, steps = heapq.heappop(w.loaded)
             try:
                 w.best_state, w.best_cost = ir.State.from_steps(task.dag, steps), cost
+                best_rank = rank
             except ir.InvalidStep as err:
                 warnings.warn(f"autosched: a preloaded result of task {getattr(task, 'desc', '') or task.workload_key} "
                               f"({1e3 * cost:.4f} ms) does not replay on its DAG and is not taken as its best: {err}",
@@ -183,10 +186,7 @@ class ProgramMeasurer:
 
             builds = self.builder.build(batch)
             self.runner.run(batch, builds, on_result, timeout=self._run_timeout(batch))
-            for cb in self.callbacks:
-                flush = getattr(cb, "flush", None)
-                if callable(flush):
-                    flush()
+            self._flush_callbacks()
         for i, (inp, key) in enumerate(zip(inputs, keys)):  # duplicates within the batch
             if results[i] is None:
                 results[i] = self._workload(inp.task).results[key]
@@ -195,6 +195,51 @@ class ProgramMeasurer:
         if self.max_consecutive_errors and self.consecutive_errors >= self.max_consecutive_errors:
             raise TooManyMeasureErrors(self._stop_message(), dict(self.error_counts), results)
         return results
+
+    def retime(self, task, states, turns: int = 3) -> list[MeasureResult]:
+        """Time programs of ``task`` measured before again, in ``turns`` turns (each
+        program once per turn, in order), and make the fastest of them the task's best.
+
+        Why: on a shared machine one program's speed swings by 2x within seconds (spells
+        of other load), so the fastest of many trials, each timed once, is mostly the one
+        timed in the quietest moment. Timed in turns, every candidate sees the same
+        moments; the fastest turn of each is its result (noise only ever slows a program
+        down). Results (``retimed``; a program failing now is a failed result) go to the
+        callbacks like measurements, but are not trials: they do not count as measured.
+        Returns them in the order of ``states`` (duplicates once)."""
+        if turns < 1:
+            raise ValueError(f"turns must be >= 1, got {turns!r}")
+        unique = {s.key: s for s in states}
+        inputs = [MeasureInput(task, s) for s in unique.values()]
+        if not inputs:
+            return []
+        builds = self.builder.build(inputs)
+        timeout = self._run_timeout(inputs)
+        turns_of = [self.runner.run(inputs, builds, timeout=timeout) for _ in range(turns)]
+        out = []
+        w = self._workload(task)
+        best = None
+        for i, inp in enumerate(inputs):
+            mine = [results[i] for results in turns_of]
+            ok = [r for r in mine if r.ok]
+            res = replace(min(ok, key=lambda r: r.mean_cost) if ok else mine[-1], retimed=True,
+                          all_cost=sum(r.all_cost for r in mine))
+            if res.ok and (best is None or res.mean_cost < best[0]):
+                best = (res.mean_cost, inp.state)
+            out.append(res)
+            for cb in self.callbacks:
+                cb(inp, res)
+        self._flush_callbacks()
+        if best is not None:
+            w.best_cost, w.best_state = best
+        return out
+
+    def _flush_callbacks(self) -> None:
+        """``flush()`` the callbacks that have it (after a batch: the log is on disk)."""
+        for cb in self.callbacks:
+            flush = getattr(cb, "flush", None)
+            if callable(flush):
+                flush()
 
     def _run_timeout(self, batch: list[MeasureInput]) -> float | None:
         """The per-program run timeout for ``batch`` (see ``max_slowdown``)."""
@@ -246,8 +291,10 @@ class ProgramMeasurer:
     def load(self, records) -> int:
         """Take in results measured before: records with ``workload_key``, ``target``,
         ``program`` (the ``State.key``), ``steps`` (step records), ``ok``, ``mean_cost`` and
-        ``result()`` (``autosched.records.TuningRecord`` has them). Their programs count as
-        measured; the fastest that replays is the best so far. Returns how many."""
+        ``result()`` (``autosched.records.TuningRecord`` has them), and optionally
+        ``retimed``. Their programs count as measured; the fastest that replays is the best
+        so far, the fastest re-timed one where there are re-timings (see ``retime``).
+        Returns how many."""
         n = 0
         for rec in records:
             ident = (rec.workload_key, rec.target)
@@ -257,7 +304,8 @@ class ProgramMeasurer:
             if rec.program:
                 w.results.setdefault(rec.program, rec.result())
             if rec.ok:
-                heapq.heappush(w.loaded, (rec.mean_cost, self.n_loaded + n, rec.steps))
+                heapq.heappush(w.loaded, (0 if getattr(rec, "retimed", False) else 1, rec.mean_cost,
+                                          self.n_loaded + n, rec.steps))
             n += 1
         self.n_loaded += n
         return n

@@ -32,6 +32,7 @@ def bad_arguments(tmp_path):
         "--batch-size 0": (["--network", "resnet50", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
         "--minutes 0": ([GMM, "--minutes", "0"], "--minutes must be > 0, got 0"),
         "--minutes x": ([GMM, "--minutes", "x"], "--minutes must be a number, got 'x'"),
+        "--retime-best -1": ([GMM, "--retime-best", "-1"], "--retime-best must be >= 0, got -1"),
         "unknown workload": (["GMM-1x3", "--trials", "1"], "unknown workload 'GMM-1x3'"),
         "abbreviated option": ([GMM, "--tri", "3"], "unrecognized arguments: --tri 3"),
     }
@@ -102,12 +103,12 @@ def interrupted_tuning(records):
 
 def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path, monkeypatch, capsys):
     log = tmp_path / "my log.json"
-    log.write_text('{"old": 1}\n{"old": 2}\n')
+    log.write_text('{"old": 1}\n{"old": 2}\n{"old": 2,"retimed":true}\n')  # a re-timing is no trial
     monkeypatch.setattr(autosched.tune, "auto_schedule", interrupted_tuning(3))
     rc = cli.main(["tune", GMM, "--trials", "50", "--log-file", str(log), "--seed", "1"])
     assert rc == 130
     err = capsys.readouterr().err
-    assert f"interrupted; 3 new records saved in {log} (5 in all)" in err
+    assert f"interrupted; 3 new trials saved in {log} (5 in all)" in err
     command = err.split("resume with: ")[1].strip()
     words = shlex.split(command)
     assert words[words.index("tune"):] == ["tune", GMM, "--log-file", str(log), "--seed", "1", "--trials", "47"]
@@ -138,7 +139,7 @@ def test_ctrl_c_in_a_real_run_exits_130_without_a_traceback(tmp_path):
                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and proc.poll() is None and cli.count_records(str(log)) < 2:
+        while time.monotonic() < deadline and proc.poll() is None and cli.count_trials(str(log)) < 2:
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()
         os.killpg(proc.pid, signal.SIGINT)
@@ -148,8 +149,8 @@ def test_ctrl_c_in_a_real_run_exits_130_without_a_traceback(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
-    saved = cli.count_records(str(log))
-    assert re.search(rf"interrupted; {saved} new records saved in .*run.json \({saved} in all\)", err), err
+    saved = cli.count_trials(str(log))
+    assert re.search(rf"interrupted; {saved} new trials saved in .*run.json \({saved} in all\)", err), err
     assert f"--trials {64 - saved}" in err.split("resume with: ")[1]
 
 
@@ -194,6 +195,7 @@ def test_command_line_tunes_a_network(monkeypatch, capsys, tmp_path):
     def tune(*args, **kwargs):
         seen["measure_batch"] = kwargs["measure_batch"]
         seen["time_budget_s"] = kwargs["time_budget_s"]
+        seen["retime_best"] = kwargs["retime_best"]
         return real(*args, search_params=SearchParams(population=32, generations=1, init_min_population=8),
                     cost_model="random", builder=autosched.LocalBuilder(executor=pools[0]),
                     runner=autosched.LocalRunner(min_repeat_ms=2, repeat=3, executor=pools[1]), **kwargs)
@@ -202,14 +204,14 @@ def test_command_line_tunes_a_network(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(networks, "tune_networks", tune)
     try:
         rc = cli.main(["tune", "--network", "resnet50", "--trials", "3", "--batch", "1", "--batch-size", "2",
-                       "--minutes", "30", "--log-file", str(tmp_path / "cli.jsonl")])
+                       "--minutes", "30", "--retime-best", "2", "--log-file", str(tmp_path / "cli.jsonl")])
     finally:
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
     out = capsys.readouterr().out
-    assert rc == 0 and seen == {"batch": 2, "measure_batch": 1, "time_budget_s": 1800.0}
+    assert rc == 0 and seen == {"batch": 2, "measure_batch": 1, "time_budget_s": 1800.0, "retime_best": 2}
     assert "end-to-end" in out and "verified against numpy: OK" in out and "Estimated latency" in out
-    assert cli.count_records(str(tmp_path / "cli.jsonl")) == 3
+    assert cli.count_trials(str(tmp_path / "cli.jsonl")) == 3  # (the re-timings after them are not trials)
 
 
 def test_help_says_which_batch_is_which(capsys):

@@ -4,6 +4,7 @@ Programs that crash, hang or compute a wrong answer are injected with a ``Measur
 hook (``measure_faults.Fault``); each must give its error record while the
 next good program is still measured (and verified) correctly.
 """
+import collections
 import dataclasses
 import math
 import os
@@ -15,10 +16,11 @@ import pytest
 
 import ir
 from ir.steps import Step
-from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, ProgramMeasurer,
+from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, ProgramMeasurer,
                        TooManyMeasureErrors, WorkerCrashed, WorkerPool, WorkerTimeout, MAX_COST)
 from autosched.measure import verify
 from tests.autosched.measure_faults import Fault
+from tests.autosched.stand_ins import StandInBuilder
 
 E = MeasureErrorNo
 
@@ -452,3 +454,45 @@ def test_error_counts_and_early_stop_of_an_all_error_run(task, states, measurer)
     assert "4 invalid program" in measurer.summary()
     measurer.measure(task, [states[4]])  # a success resets the run of errors
     assert measurer.consecutive_errors == 0
+
+
+class ScriptedTurns:
+    """A runner whose n-th run of a program gives the n-th of its scripted seconds (None:
+    the run fails): what a shared machine does to a program timed at different moments."""
+    timeout = 10.0
+
+    def __init__(self, seconds: dict):
+        self.seconds, self.runs = seconds, collections.Counter()
+
+    def run(self, inputs, builds, on_result=None, timeout=None):
+        out = []
+        for i, inp in enumerate(inputs):
+            cost = self.seconds[inp.key][self.runs[inp.key]]
+            self.runs[inp.key] += 1
+            out.append(MeasureResult((cost,)) if cost is not None else MeasureResult.failed(E.RUNTIME_DEVICE, "boom"))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
+
+    def close(self):
+        pass
+
+
+def test_retiming_in_turns_keeps_each_programs_fastest_turn_and_the_fastest_program(task, states):
+    lucky, steady, broken = states[:3]
+    runner = ScriptedTurns({lucky.key: [1e-3, 5e-3, 4e-3, 4.5e-3],   # its trial: a quiet moment
+                            steady.key: [2e-3, 3e-3, 2.5e-3, 2.8e-3],
+                            broken.key: [3e-3, None, None, None]})
+    seen = []
+    m = ProgramMeasurer(StandInBuilder(), runner, callbacks=[lambda inp, res: seen.append((inp.key, res))])
+    m.measure(task, [lucky, steady, broken])
+    assert m.best_state(task).key == lucky.key
+    got = m.retime(task, [lucky, steady, broken, lucky], turns=3)
+    assert [r.retimed for r in got] == [True] * 3 and [r.costs for r in got[:2]] == [(4e-3,), (2.5e-3,)]
+    assert got[2].error_no == E.RUNTIME_DEVICE
+    assert m.best_state(task).key == steady.key and m.best_cost(task) == 2.5e-3
+    assert m.n_measured == 3 and dict(runner.runs) == {lucky.key: 4, steady.key: 4, broken.key: 4}
+    assert [k for k, _ in seen[3:]] == [lucky.key, steady.key, broken.key] and seen[4][1] is got[1]
+    with pytest.raises(ValueError, match="turns must be >= 1"):
+        m.retime(task, [lucky], turns=0)
+    assert m.retime(task, []) == []

@@ -19,6 +19,8 @@ import autosched
 from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, NotATuningLog,
                        ProgramMeasurer, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
                        best_record, best_records, distill_records, load_records, read_records)
+from autosched.records import trials_of
+from autosched.tune import RETIME_TURNS
 
 # the measurement loop of the SIGKILL test; also imported here for the same task and states
 LOOP = textwrap.dedent('''
@@ -141,6 +143,49 @@ def test_best_and_distilled_records(task, tmp_path):
     assert sorted(r.mean_cost for r in read_records(dst)) == [5e-7, 1e-6, 2e-6]
 
 
+def retimed(task, state, cost):
+    """The record of a re-timing in turns (``ProgramMeasurer.retime``) of ``state``."""
+    res = MeasureResult((cost,), timestamp=2.0, retimed=True)
+    return TuningRecord.from_measure(MeasureInput(task, state), res)
+
+
+def test_retimed_programs_rank_first_and_are_not_trials(task, tmp_path):
+    lucky, steady, quick = tiled(task.dag, 2), tiled(task.dag, 4), tiled(task.dag, 8)
+    recs = [record(task, lucky, 1e-6),           # its trial fell in a quiet moment
+            record(task, steady, 2e-6),
+            retimed(task, lucky, 3e-6), retimed(task, steady, 2.5e-6),
+            record(task, quick, 5e-7)]           # a trial never re-timed
+    assert "retimed" not in recs[0].to_dict() and recs[2].to_dict()["retimed"] is True
+    assert TuningRecord.from_json(recs[2].to_json()) == recs[2] and recs[2].retimed
+    src = tmp_path / "log.jsonl"
+    src.write_text("".join(r.to_json() + "\n" for r in recs))
+    ranked = best_records(src, top=3)[task.workload_key]
+    assert ranked == [recs[3], recs[2], recs[4]]  # re-timed by their re-timing, then the rest
+    assert best_record(src, task.dag) == recs[3]
+    assert trials_of(read_records(src)) == [recs[0], recs[1], recs[4]]
+    assert autosched.records.HistoryBest(src, None).program(task.dag)[0].key == steady.key  # what a build gets
+    from tests.autosched.stand_ins import StandInBuilder, StandInRunner
+    resumed = ProgramMeasurer(StandInBuilder(), StandInRunner(), preloaded=read_records(src))
+    assert resumed.best_state(task).key == steady.key and resumed.best_cost(task) == 2.5e-6
+
+
+def test_a_tuning_ends_by_retiming_its_best_programs_in_turns(task, tmp_path):
+    log = tmp_path / "log.jsonl"
+    result, _ = _tune(task, log, trials=8)
+    records = read_records(log)
+    trials, retimings = trials_of(records), [r for r in records if r.retimed]
+    assert len(trials) == 8 and len(records) == 8 + len(retimings)
+    valid = {r.program for r in trials if r.ok}
+    assert len(retimings) == min(4, len(valid)) >= 2 and {r.program for r in retimings} <= valid
+    assert best_record(log, task.dag).retimed and result.state.key == best_record(log, task.dag).program
+    _, proposed = _tune(task, log, trials=4)  # resuming: re-timings are not trials
+    second = [r for r in read_records(log) if r.retimed][len(retimings):]
+    assert len(trials_of(read_records(log))) == 12 and len(second) >= 2
+    assert len(proposed) == 4 + RETIME_TURNS * len(second)  # its trials, then the turns of its re-timing
+    _tune(task, tmp_path / "plain.jsonl", trials=8, retime_best=0)
+    assert not any(r.retimed for r in read_records(tmp_path / "plain.jsonl"))
+
+
 # re-applying the best --------------------------------------------------------------------
 
 def test_apply_history_best_builds_the_best_program_with_its_layout(tmp_path):
@@ -229,7 +274,7 @@ def test_a_loop_killed_with_sigkill_resumes_from_its_log(tmp_path):
 
 # a log never loses a byte, a bad record never ends a run ------------------------------------
 
-def _tune(task, log, trials=8):
+def _tune(task, log, trials=8, **kwargs):
     """A short tuning with stand-in cost and measurement; returns (result, programs run)."""
     from evolution import SearchParams
     from tests.autosched.stand_ins import StandInBuilder, StandInModel, StandInRunner
@@ -237,7 +282,7 @@ def _tune(task, log, trials=8):
     result = autosched.auto_schedule(task, trials=trials, measure_batch=4, log_file=str(log), cost_model=StandInModel(),
                                      search_params=SearchParams(population=16, generations=1, init_min_population=4,
                                                                 islands=1),
-                                     builder=StandInBuilder(), runner=runner, verbose=0)
+                                     builder=StandInBuilder(), runner=runner, verbose=0, **kwargs)
     return result, runner.proposed
 
 
@@ -289,8 +334,8 @@ def test_lines_that_are_not_records_are_skipped_with_a_warning_each_and_tuning_g
     text = " | ".join(str(w.message) for w in caught)
     assert "not a record object" in text and "not a list of step records" in text
     assert "seconds must be finite and positive" in text
-    with pytest.warns(RuntimeWarning):
-        result, _ = _tune(task, path)
+    with pytest.warns(RuntimeWarning):  # (no re-timing: the stand-in runner would time the log's programs anew)
+        result, _ = _tune(task, path, retime_best=0)
     assert result.state is not None and result.latency == pytest.approx(1e-6 * 2)
 
 
@@ -300,7 +345,7 @@ def test_a_best_record_that_does_not_replay_is_never_the_best(task, tmp_path):
     broken = json.dumps({**record(task, tiled(task.dag, 16), 1e-9).to_dict(), "steps": [["SP", 9, 0, [4], True]]})
     path.write_text("".join(r.to_json() + "\n" for r in good) + broken + "\n")
     with pytest.warns(RuntimeWarning, match="does not replay"):
-        result, proposed = _tune(task, path, trials=4)
+        result, proposed = _tune(task, path, trials=4, retime_best=0)  # (the log's made-up costs stay the best)
     assert len(proposed) == 4 and result.state is not None
     assert result.latency <= 2e-5 and result.latency != 1e-9
     with pytest.warns(RuntimeWarning, match="does not replay"):

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from autosched import ops
+import ir
+from autosched import MeasureInput, MeasureResult, TuningRecord, ops
 
 from .test_bench_common import _load
 
@@ -45,3 +46,16 @@ def test_single_variant_rows():
 def test_metaschedule_without_its_venv_is_unavailable(tmp_path):
     ms = vs_ms.MetaSchedule(str(tmp_path / "no-python"), vs_ms.DEFAULT_MS_DIR, str(tmp_path))
     assert not ms.available
+
+
+def test_tuning_seconds_span_the_logs_trials_and_retimings(tmp_path):
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("GMM-1x512x512x512").tensors))
+    state = task.dag.init_state()
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(
+        TuningRecord.from_measure(MeasureInput(task, state),
+                                  MeasureResult((1e-3,), all_cost=2.0, timestamp=t, retimed=r)).to_json() + "\n"
+        for t, r in ((10.0, False), (15.0, False), (19.0, True))))
+    assert vs_ms.log_seconds(str(log), task) == pytest.approx(11.0)  # from 10 - 2 s to 19
+    other = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("GMM-1x1024x1024x1024").tensors))
+    assert vs_ms.log_seconds(str(log), other) == 0.0
