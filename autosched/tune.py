@@ -14,7 +14,7 @@ from task_scheduler import TaskScheduler
 
 from .measure import MAX_COST, LocalBuilder, LocalRunner, ProgramMeasurer
 from .base_model import load_base_model
-from .records import RecordToFile, resume
+from .records import RecordToFile, resume, trials_of
 from .records_db import RecordsDB, open_records_db, prior_knowledge
 from .space import as_task
 from .workers import WorkerPool
@@ -173,7 +173,7 @@ def prior_and_model(tasks, cost_model, seed: int, base_model, records_db):
     base = load_base_model(base_model) if xgb and all(t.target_kind == "cpu" for t in tasks) else None
     db = open_records_db(records_db)
     prior, start = prior_knowledge(db, tasks, base, seed) if db is not None and xgb else ([], base)
-    valid = sum(r.ok for r in prior)
+    valid = sum(r.ok for r in trials_of(prior))  # (what resume trains the model on)
     return db, prior, make_cost_model(cost_model, seed, start, valid if valid >= 2 else 0)
 
 

@@ -10,6 +10,7 @@ import autosched
 import ir
 from autosched import UntunedWorkloadWarning, networks
 from autosched import graph as G
+from autosched.records import trials_of
 from evolution import SearchParams, XGBoostModel
 
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
@@ -64,16 +65,16 @@ def test_tune_network_runs_verifies_and_resumes(tmp_path, pools):
         warnings.simplefilter("error", UntunedWorkloadWarning)
         from_log = G.GraphExecutor(res.networks[0], log_file=log)
     assert from_log.verify(rtol=1e-4)[0]
-    records = [line for line in open(log) if line.strip() and not line.startswith("#")]
+    records = trials_of(autosched.read_records(log))  # (and the re-timings the tuning ended with)
     assert len(records) == 10
     # resume: the scheduler starts from the log's rounds, only new programs are measured
     again = autosched.tune_networks(g, trials=4, seed=1, **kwargs)
     assert again.trials == 4
     assert sum(again.scheduler.rounds) == 5 + 2
     assert all(a <= b * (1 + 1e-9) for a, b in zip(again.best_costs, res.best_costs))
-    records = [line for line in open(log) if line.strip() and not line.startswith("#")]
+    records = trials_of(autosched.read_records(log))
     assert len(records) == 14
-    programs = [autosched.TuningRecord.from_json(r).program for r in records]
+    programs = [r.program for r in records]
     assert len(set(programs)) == len(programs)
 
 

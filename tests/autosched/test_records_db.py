@@ -15,6 +15,7 @@ import autosched
 import ir
 from autosched import MeasureInput, MeasureResult, TuningRecord
 from autosched import records_db as D
+from autosched.records import trials_of
 from evolution import SearchParams, SketchPolicy
 from tests.autosched.stand_ins import StandInBuilder, StandInRunner
 
@@ -108,17 +109,18 @@ def test_the_database_refuses_a_file_it_did_not_write(tmp_path):
     assert path.read_text() == "my notes\n"
 
 
-def _tune(task, db, trials=8, runner=None):
+def _tune(task, db, trials=8, runner=None, retime_best=0):
     return autosched.auto_schedule(task, trials=trials, measure_batch=4, seed=0, search_params=PARAMS,
                                    builder=StandInBuilder(), runner=runner or StandInRunner(), verbose=0,
-                                   base_model=None, records_db=db)
+                                   base_model=None, records_db=db, retime_best=retime_best)
 
 
 def test_a_tuning_appends_to_the_database_and_the_next_one_starts_from_it(tmp_path, monkeypatch):
     task = matmul_task()
     path = tmp_path / "db.jsonl"
-    first = _tune(task, str(path))
-    recs = D.RecordsDB(path).read()
+    first = _tune(task, str(path), retime_best=2)
+    recs = trials_of(D.RecordsDB(path).read())
+    assert sum(r.retimed for r in D.RecordsDB(path).read()) == 2  # the re-timings go to the database too
     assert len(recs) == 8 and {r.workload_key for r in recs} == {task.workload_key}
     # the second tuning: the database's programs are not measured again, their best is the
     # best so far, and the model ranks from the first batch (no random warm-up)
@@ -127,7 +129,7 @@ def test_a_tuning_appends_to_the_database_and_the_next_one_starts_from_it(tmp_pa
     second = _tune(task, str(path), runner=runner)
     assert second.latency <= first.latency
     assert not {r.program[:16] for r in recs} & set(runner.proposed)
-    assert len(D.RecordsDB(path).read()) == 16
+    assert len(trials_of(D.RecordsDB(path).read())) == 16
 
 
 def test_without_the_database_nothing_is_written_and_warm_up_is_random(tmp_path, monkeypatch):
