@@ -212,16 +212,21 @@ def _ranked(records: Iterable[TuningRecord], target: str | None) -> dict[str, li
     """The successful records of each workload, fastest first, of ``target`` only when one
     is given; a program measured more than once counts once (its best measurement).
     Programs re-timed in turns (``retimed`` records, see ``ProgramMeasurer.retime``) rank
-    first, by their re-timings: on a noisy machine the fastest single trial is often only
-    the luckiest, and the re-timing in turns is what tells the best programs apart."""
+    first, each by its latest re-timing: on a noisy machine the fastest single trial is
+    often only the luckiest, and the re-timing in turns is what tells the best programs
+    apart (a tuning re-times every program re-timed before, so its last turns decide)."""
+    def ident(r):
+        return r.target, r.program or json.dumps(_lists(r.steps))
+
     out: dict[str, list[TuningRecord]] = {}
     for key, recs in load_records(records).items():
+        ok = [r for r in recs if r.ok and (target is None or r.target == target)]
+        latest = {ident(r): r for r in ok if r.retimed}  # (in log order: the last one stays)
         seen, ranked = set(), []
-        for r in sorted((r for r in recs if r.ok and (target is None or r.target == target)),
+        for r in sorted(list(latest.values()) + [r for r in ok if not r.retimed],
                         key=lambda r: (not r.retimed, r.mean_cost)):
-            ident = (r.target, r.program or json.dumps(_lists(r.steps)))
-            if ident not in seen:
-                seen.add(ident)
+            if ident(r) not in seen:
+                seen.add(ident(r))
                 ranked.append(r)
         if ranked:
             out[key] = ranked
@@ -499,7 +504,7 @@ def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) ->
         by_key.setdefault(rec.workload_key, []).append(rec)
     counts, training = [], []
     for task, policy in zip(tasks, policies):
-        valid, states, costs, retimings = [], [], [], []
+        valid, states, costs, retimings = [], [], [], {}
         for rec in by_key.get(task.workload_key, ()):
             try:
                 state = rec.state(task.dag)
@@ -508,12 +513,12 @@ def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) ->
                               f"its DAG and is skipped: {err}", RuntimeWarning, stacklevel=2)
                 continue
             if rec.retimed:
-                retimings.append(rec)
+                retimings[rec.program] = rec  # (its latest re-timing stays)
                 continue
             valid.append(rec)
             states.append(state)
             costs.append(rec.mean_cost if rec.ok else None)
-        measurer.load(valid + retimings)
+        measurer.load(valid + list(retimings.values()))
         training += policy.remember(states, costs)
         counts.append(len(valid))
     if training:

@@ -12,7 +12,7 @@ import ir
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel
 from task_scheduler import TaskScheduler
 
-from .measure import MAX_COST, LocalBuilder, LocalRunner, ProgramMeasurer
+from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
 from .base_model import load_base_model
 from .records import RecordToFile, resume, trials_of
 from .records_db import RecordsDB, open_records_db, prior_knowledge
@@ -209,23 +209,22 @@ def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measur
 
 
 def retime_best_programs(scheduler: TaskScheduler, policies, measurer: ProgramMeasurer, earlier, top: int) -> None:
-    """Re-time the ``top`` fastest programs of every task (and the one an earlier re-timing
-    chose) in turns (``ProgramMeasurer.retime``): the program a tuning returns is the
+    """Re-time the ``top`` fastest programs of every task (and those re-timed before) in turns (``ProgramMeasurer.retime``): the program a tuning returns is the
     fastest of them timed side by side, not the one timed in the machine's quietest
     moment. Tasks not measured in this run whose log already holds a re-timing keep it."""
-    chosen: dict[str, object] = {}  # workload key -> its fastest earlier re-timing
+    retimed_before: dict[str, list] = {}  # workload key -> its programs re-timed before
     for rec in earlier:
-        if rec.retimed and rec.ok and rec.mean_cost < getattr(chosen.get(rec.workload_key), "mean_cost", MAX_COST):
-            chosen[rec.workload_key] = rec
+        if rec.retimed:
+            retimed_before.setdefault(rec.workload_key, []).append(rec)
     measured_now = set(scheduler.choices)
     for i, (task, policy) in enumerate(zip(scheduler.tasks, policies)):
-        before = chosen.get(task.workload_key)
-        if before is not None and i not in measured_now:
+        before = retimed_before.get(task.workload_key, [])
+        if before and i not in measured_now:
             continue
         states = policy.best_measured(top)
-        if before is not None:
+        for rec in before:  # all of them: each is judged by its latest re-timing
             try:
-                states.append(before.state(task.dag))
+                states.append(rec.state(task.dag))
             except ir.InvalidStep:
                 pass  # (resume warned of it)
         if len({s.key for s in states}) >= 2:

@@ -71,7 +71,8 @@ def test_tune_network_runs_verifies_and_resumes(tmp_path, pools):
     again = autosched.tune_networks(g, trials=4, seed=1, **kwargs)
     assert again.trials == 4
     assert sum(again.scheduler.rounds) == 5 + 2
-    assert all(a <= b * (1 + 1e-9) for a, b in zip(again.best_costs, res.best_costs))
+    for t in again.tasks:  # each task's best: the program its log ranks first (re-timed in turns at the end)
+        assert again.best_states[t.workload_key].key == autosched.best_record(log, t.dag).program
     records = trials_of(autosched.read_records(log))
     assert len(records) == 14
     programs = [r.program for r in records]
