@@ -293,8 +293,11 @@ class ProgramMeasurer:
         ``program`` (the ``State.key``), ``steps`` (step records), ``ok``, ``mean_cost`` and
         ``result()`` (``autosched.records.TuningRecord`` has them), and optionally
         ``retimed``. Their programs count as measured; the fastest that replays is the best
-        so far, the fastest re-timed one where there are re-timings (see ``retime``).
+        so far, the fastest re-timed one (each by its latest re-timing, as the log ranks
+        them) where there are re-timings (see ``retime``).
         Returns how many."""
+        records = list(records)
+        latest = {(r.workload_key, r.target, r.program): r for r in records if getattr(r, "retimed", False) and r.ok}
         n = 0
         for rec in records:
             ident = (rec.workload_key, rec.target)
@@ -303,9 +306,9 @@ class ProgramMeasurer:
                 w = self._workloads[ident] = _Workload()
             if rec.program:
                 w.results.setdefault(rec.program, rec.result())
-            if rec.ok:
-                heapq.heappush(w.loaded, (0 if getattr(rec, "retimed", False) else 1, rec.mean_cost,
-                                          self.n_loaded + n, rec.steps))
+            retimed = getattr(rec, "retimed", False)
+            if rec.ok and (not retimed or latest[(rec.workload_key, rec.target, rec.program)] is rec):
+                heapq.heappush(w.loaded, (0 if retimed else 1, rec.mean_cost, self.n_loaded + n, rec.steps))
             n += 1
         self.n_loaded += n
         return n

@@ -167,6 +167,11 @@ def test_retimed_programs_rank_first_and_are_not_trials(task, tmp_path):
     from tests.autosched.stand_ins import StandInBuilder, StandInRunner
     resumed = ProgramMeasurer(StandInBuilder(), StandInRunner(), preloaded=read_records(src))
     assert resumed.best_state(task).key == steady.key and resumed.best_cost(task) == 2.5e-6
+    later = retimed(task, steady, 4e-6)  # a later re-timing of each decides: now the lucky one leads
+    src.write_text(src.read_text() + later.to_json() + "\n")
+    assert best_record(src, task.dag) == recs[2]
+    again = ProgramMeasurer(StandInBuilder(), StandInRunner(), preloaded=read_records(src))
+    assert again.best_state(task).key == lucky.key and again.best_cost(task) == 3e-6
 
 
 def test_a_tuning_ends_by_retiming_its_best_programs_in_turns(task, tmp_path):
