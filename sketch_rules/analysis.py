@@ -21,10 +21,27 @@ def is_strict_inlinable(state: ir.State, stage_id: int) -> bool:
     return not any(isinstance(e, E.Call) and e.func in E.TRANSCENDENTAL_FUNCS for e in E.walk(st.body))
 
 
-def should_always_inline(state: ir.State, stage_id: int) -> bool:
+def should_always_inline(state: ir.State, stage_id: int, guarded_reads: bool = True) -> bool:
+    """A strictly inlinable stage that is not an output; with ``guarded_reads=False``, not
+    one that reads under a condition on its indices either (``has_guarded_read``)."""
     st = state.stages[stage_id]
     return (not st.is_placeholder and st.compute_at != "inline" and not is_output(state, stage_id)
-            and st.origin == "op" and is_strict_inlinable(state, stage_id))
+            and st.origin == "op" and is_strict_inlinable(state, stage_id)
+            and (guarded_reads or not has_guarded_read(state, stage_id)))
+
+
+def has_guarded_read(state: ir.State, stage_id: int) -> bool:
+    """The stage reads a tensor only where a condition on its indices holds (padding, the
+    zeros a transposed convolution inserts, concatenation). Inlined into a convolution,
+    that condition is evaluated at every read of its innermost loop; computed into a
+    buffer first (at root or inside the consumer's outer tiles), it is evaluated once per
+    element (MetaSchedule's AutoInline keeps such blocks on CPU for the same reason)."""
+    st = state.stages[stage_id]
+    if st.is_placeholder:
+        return False
+    return any(isinstance(e, E.Select) and not any(isinstance(c, E.TensorRead) for c in E.walk(e.cond))
+               and any(isinstance(r, E.TensorRead) for branch in (e.t, e.f) for r in E.walk(branch))
+               for e in E.walk(st.body))
 
 
 def needs_multi_level_tiling(state: ir.State, stage_id: int) -> bool:

@@ -32,3 +32,21 @@ def test_predicates_of_norm_and_softmax():
     s = ir.ComputeDAG([Y, E]).init_state()
     assert not A.needs_multi_level_tiling(s, s.stage_index("M"))
     assert not A.is_strict_inlinable(s, s.stage_index("E"))
+
+
+def test_guarded_reads_are_padding_and_concatenation_not_data_dependent_selects():
+    w = ops.workload("conv2d", 1, 8, 8, 4, 8, 3, stride=1, padding=1, layout="NHWC")
+    s = ir.ComputeDAG(w.tensors).init_state()
+    pad = s.stage_index("pad")
+    assert A.has_guarded_read(s, pad) and A.is_strict_inlinable(s, pad)
+    assert A.should_always_inline(s, pad) and not A.should_always_inline(s, pad, guarded_reads=False)
+    assert not A.has_guarded_read(s, s.stage_index("conv2d_nhwc"))
+    X = ir.placeholder((4, 6), name="X")
+    Y = ir.placeholder((4, 2), name="Y")
+    cat = ir.compute((4, 8), lambda i, j: ir.select(j < 6, X[i, j], Y[i, j - 6]), name="cat")
+    leaky = ir.compute((4, 6), lambda i, j: ir.select(X[i, j] > 0.0, X[i, j], X[i, j] * 0.1), name="leaky")
+    out = ir.compute((4, 6), lambda i, j: cat[i, j] + leaky[i, j], name="out")
+    s = ir.ComputeDAG([X, Y, out]).init_state()
+    assert A.has_guarded_read(s, s.stage_index("cat"))
+    assert not A.has_guarded_read(s, s.stage_index("leaky"))  # the condition reads data: no index guard
+    assert not A.has_guarded_read(s, s.stage_index("X"))

@@ -76,3 +76,19 @@ def test_change_compute_location_moves_flexible_stages():
     states = SR.sample_programs(task, SR.generate_sketches(task), 60, np.random.default_rng(0))
     locations = {st.compute_at for s in states for st in s.stages if st.name == "softmax_maxelem"}
     assert {"root", "iter"} <= locations
+
+
+def test_padding_is_computed_at_root_inside_the_convolution_or_inlined():
+    """The CPU rules leave a convolution's padding to random annotation: every place it
+    can be computed is sampled, and each program matches numpy."""
+    w = ops.workload("conv2d", 1, 10, 10, 3, 8, 3, stride=2, padding=1, layout="NHWC")
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=ir.HardwareParams(num_cores=2, vector_lanes=16))
+    rng = np.random.default_rng(3)
+    inputs = w.random_inputs(rng)
+    expected = w.reference(inputs)
+    states = SR.sample_programs(task, SR.generate_sketches(task), 120, rng)
+    assert {s["pad"].compute_at for s in states} == {"root", "iter", "inline"}
+    one_of_each = {s["pad"].compute_at: s for s in states}.values()
+    for state in list(one_of_each) + states[:12]:
+        for got, want in zip(run_program(w, task, state, inputs), expected):
+            np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=str(state))

@@ -99,15 +99,22 @@ def test_no_pack_copy_for_a_constant_input_under_layout_rewrite_or_an_input_read
     assert not packed(SR.generate_sketches(task_of(matmul())), "A")[0]  # A[i, k]: its rows are contiguous already
 
 
-def test_conv_layer_inlines_pad_bias_and_batch_norm():
+def test_conv_layer_inlines_bias_and_batch_norm_and_leaves_the_padding_to_annotation():
     w = ops.workload("conv_layer", 1, 8, 8, 4, 8, 3, stride=1, padding=1)
     sketches = SR.generate_sketches(task_of(w.tensors))
     assert len(sketches) == 3
     for s in sketches:
         inlined = {st.name for st in s.stages if st.compute_at == "inline"}
-        assert {"pad", "bias_add", "bn_mul", "bn_add"} <= inlined
+        assert {"bias_add", "bn_mul", "bn_add"} <= inlined and "pad" not in inlined
         assert len(names(s, "conv2d_nhwc")) == 4 * 4 + 3 * 2  # SSRSRS: 4 space axes x4, 3 reduce x2
     assert set(by_structure(sketches)) == {"plain", 3, 7}
+
+
+def test_the_gpu_rules_still_inline_the_padding():
+    w = ops.workload("conv2d", 1, 8, 8, 4, 8, 3, stride=1, padding=1, layout="NHWC")
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=ir.HardwareParams.cuda())
+    sketches = SR.generate_sketches(task, target_kind="gpu")
+    assert sketches and all(s["pad"].compute_at == "inline" for s in sketches)
 
 
 def test_norm_gets_two_rfactor_sketches_and_a_plain_one():
