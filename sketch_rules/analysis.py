@@ -31,8 +31,8 @@ def should_always_inline(state: ir.State, stage_id: int, guarded_reads: bool = T
 
 
 def has_guarded_read(state: ir.State, stage_id: int) -> bool:
-    """The stage reads a tensor only where a condition on its indices holds (padding, the
-    zeros a transposed convolution inserts, concatenation). Inlined into a convolution,
+    """The stage reads a tensor only where a condition on its indices holds (padding,
+    concatenation). Inlined into a convolution,
     that condition is evaluated at every read of its innermost loop; computed into a
     buffer first (at root or inside the consumer's outer tiles), it is evaluated once per
     element (MetaSchedule's AutoInline keeps such blocks on CPU for the same reason)."""
