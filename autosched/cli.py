@@ -318,7 +318,14 @@ def add_tune(sub) -> None:
                      help="task scheduler objective (default: the network's latency)")
     net.add_argument("--early-stopping-per-task", type=count("--early-stopping-per-task", 1), default=None,
                      help="retire a task after N trials without improvement")
+    _add_winograd(net)
     tune.set_defaults(fn=cmd_tune)
+
+
+def _add_winograd(parser) -> None:
+    parser.add_argument("--no-winograd", dest="winograd", action="store_false",
+                        help="networks and models: compute 3x3 stride-1 convolutions directly, not by Winograd's "
+                             "algorithm (a log tuned one way does not fit the other's tasks)")
 
 
 @contextlib.contextmanager
@@ -361,6 +368,8 @@ def _tune(args) -> int:
         return cmd_tune_network(args)
     if args.workload is None:
         raise UsageError(f"tune needs a workload (see `{PROG} list`) or --network NAME")
+    if not args.winograd and not args.workload.endswith(".onnx"):
+        given.append("--no-winograd")
     if given:
         raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to --network")
     if args.workload.endswith(".onnx"):
@@ -417,7 +426,7 @@ def cmd_tune_network(args) -> int:
     """``autosched tune --network NAME``: partition, tune, then run the whole network from
     its tuned kernels, check it against numpy and print its end-to-end latency."""
     net = graph.get_network(args.network, batch=args.batch_size, seed=args.seed)
-    part = networks.as_partitioned(net)
+    part = networks.as_partitioned(net, winograd=args.winograd)
     print(f"# {net.summary()}\n# {part.summary()}", flush=True)
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
                                     seed=args.seed, strategy=args.strategy, objective=args.objective,
@@ -483,7 +492,7 @@ def cmd_tune_model(args) -> int:
     """``autosched tune model.onnx``: import the model, tune every task, then run the tuned
     model, check it and time it beside onnxruntime and PyTorch."""
     model = _import_model(args.workload, args.input_shape)
-    part = graph.partition(model)
+    part = graph.partition(model, winograd=args.winograd)
     print(f"# {model.summary()}\n# {part.summary()}", flush=True)
     result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
                                     seed=args.seed, early_stopping=args.early_stopping,
@@ -509,6 +518,7 @@ def add_run(sub) -> None:
     run.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                      help="an input shape the model leaves open, e.g. input_ids=1x128")
     run.add_argument("--verify", action="store_true", help="check against onnxruntime and time both and PyTorch")
+    _add_winograd(run)
     _add_seed(run)
     _add_base_model(run)
     run.set_defaults(fn=cmd_run)
@@ -520,7 +530,8 @@ def cmd_run(args) -> int:
         raise UsageError(f"no tuning log at {args.log_file!r}; make one with "
                          f"`{PROG} tune {args.model} --log-file {args.log_file}`")
     model = _import_model(args.model, args.input_shape)
-    executor = graph.GraphExecutor(graph.partition(model), log_file=args.log_file, base_model=args.base_model)
+    executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
+                                   base_model=args.base_model)
     if args.input:
         if len(args.input) != len(model.inputs):
             raise UsageError(f"the model takes {len(model.inputs)} inputs "

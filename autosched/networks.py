@@ -26,14 +26,15 @@ from .tune import RETIME_BEST, prior_and_model, search_workers, tune_tasks
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
-                   include_simple_tasks: bool = False) -> PartitionedGraph:
+                   include_simple_tasks: bool = False, winograd: bool = True) -> PartitionedGraph:
     """A ``PartitionedGraph`` from a zoo name, a ``Graph`` or a ``PartitionedGraph``."""
     if isinstance(network, PartitionedGraph):
         return network
     if isinstance(network, str):
         network = get_network(network, batch=batch)
     if isinstance(network, Graph):
-        return partition(network, fold_batch_norm=fold_batch_norm, include_simple_tasks=include_simple_tasks)
+        return partition(network, fold_batch_norm=fold_batch_norm, include_simple_tasks=include_simple_tasks,
+                         winograd=winograd)
     raise TypeError(f"expected a network name, an autosched.graph.Graph or a PartitionedGraph, "
                     f"got {type(network).__name__}")
 
@@ -110,8 +111,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                   alpha: float = 0.2, beta: float = 2.0, backward_window: int = 3, eps_greedy: float = 0.05,
                   cost_model="xgb", search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, batch: int = 1,
-                  fold_batch_norm: bool = True, include_simple_tasks: bool = False, callbacks=None,
-                  hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
+                  fold_batch_norm: bool = True, include_simple_tasks: bool = False, winograd: bool = True,
+                  callbacks=None, hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
                   records_db="default", time_budget_s: float | None = None,
                   retime_best: int = RETIME_BEST) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
@@ -125,7 +126,8 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     ``strategy``: "gradient" (Ansor's scheduler) or "round-robin". ``log_file``: one log
     for all tasks, appended to and resumed from. ``early_stopping``: stop once the
     objective has not improved for that many trials; ``early_stopping_per_task``: retire a
-    task after that many trials without improvement. ``base_model`` and ``records_db``: as
+    task after that many trials without improvement. ``fold_batch_norm``, ``winograd``: as
+    ``graph.partition``'s, for networks not partitioned yet. ``base_model`` and ``records_db``: as
     ``auto_schedule``'s. ``time_budget_s``: tune for at most about this many wall seconds
     (no round starts after it; at most one round more), whatever ``trials`` allows.
     ``retime_best``: as ``auto_schedule``'s (each task measured in this run has its
@@ -137,7 +139,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     (``weights_exceed_cache``; ``LocalRunner(cold_constants=True)``), else warm."""
     log = RecordToFile(log_file) if log_file else None
     nets = networks if isinstance(networks, (list, tuple)) else [networks]
-    parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks) for n in nets]
+    parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks, winograd) for n in nets]
     if not parts:
         raise ValueError("tune_networks needs at least one network")
     index: dict[str, int] = {}

@@ -106,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--log-file", default=None, help="tuning log (default: a temporary file); resumed from")
     parser.add_argument("--repeat", type=int, default=10, help="end-to-end timing repeats")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-winograd", dest="winograd", action="store_false",
+                        help="compute 3x3 stride-1 convolutions directly (graph.partition(winograd=False))")
     args = parser.parse_args(argv)
     if args.smoke:
         args.model = args.model or "mobilenet_v2"
@@ -118,7 +120,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     graph = G.from_onnx(src.path, src.input_shapes)
     import_s = time.perf_counter() - t0
-    part = G.partition(graph)
+    part = G.partition(graph, winograd=args.winograd)
     flops = graph.flop_count()
     say(f"# {src.path}\n# imported in {import_s:.1f} s: {graph.summary()}\n# {flops / 1e9:.3f} GFLOP per run\n"
         f"# {part.summary()}", flush=True)
@@ -211,7 +213,7 @@ def main(argv=None) -> int:
            "tasks_sum_ms": 1e3 * tasks_sum if tasks_sum < 1e9 else None, "e2e_over_tasks": ratio,
            "profile_sum_ms": 1e3 * profile_sum, "e2e_over_profile": ours / profile_sum,
            "kernels": executor.n_kernels, "tasks": len(part.tasks), "verified": ok, "max_rel_error": err,
-           "import_s": import_s, "curve": curve}
+           "import_s": import_s, "winograd": args.winograd, "curve": curve}
     emit_json("tune_onnx", [row])
     return 0 if ok else 1
 

@@ -120,9 +120,15 @@ class ComputeDAG:
     # cost ------------------------------------------------------------------------------
     def flop_count(self) -> int:
         """Floating-point operations of one run: arithmetic, comparisons and math calls on
-        float values, a reduction's combine counting one per element."""
+        float values, a reduction's combine counting one per element. A stage whose
+        ``attrs["flop_count"]`` is set counts that instead (a fast algorithm reports the
+        operations of the computation it replaces, e.g. Winograd convolution those of the
+        direct one, so that GFLOPS compare across algorithms)."""
         total = 0
         for op in self.compute_ops:
+            if "flop_count" in op.attrs:
+                total += int(op.attrs["flop_count"])
+                continue
             per_point = _float_ops(op.body)
             if isinstance(op.body, E.Reduce):
                 per_point += 1 if dt.is_float(op.dtype) else 0

@@ -20,6 +20,7 @@ import ir
 from ir.tensor import as_int
 from .. import ops
 from ..ops import reference as R
+from ..ops import winograd
 from ..ops.elementwise import unary
 
 ELEMWISE, BROADCAST, INJECTIVE, REDUCE, ANCHOR = 0, 1, 2, 3, 4
@@ -99,6 +100,9 @@ def _deconv_ref(x, a):
 
 
 _register("conv", ANCHOR, _conv_build, _conv_ref, 2)
+_register("conv2d_winograd", ANCHOR,
+          lambda t, a, name: ops.conv2d_winograd(t[0], t[1], a["padding"], a.get("pad_after"), a["tile"], name=name),
+          lambda x, a: winograd.reference(x[0], x[1], a["padding"], a.get("pad_after"), a["tile"]), 2)
 _register("depthwise_conv2d", ANCHOR, _depthwise_build, _depthwise_ref, 2)
 _register("conv2d_transpose", ANCHOR, _deconv_build, _deconv_ref, 2)
 _register("dense", ANCHOR, lambda t, a, name: ops.dense(t[0], t[1], name=name),

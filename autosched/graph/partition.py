@@ -34,6 +34,7 @@ from ir.dtype import itemsize
 from .graph import Graph, Node
 from .opdefs import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
 from .passes import fold_batch_norm as _fold_batch_norm
+from .passes import use_winograd as _use_winograd
 
 
 @dataclass(eq=False)
@@ -244,11 +245,15 @@ def subgraph_dag(nodes: list) -> tuple[ir.ComputeDAG, list]:
     return dag, [p for p, _ in inputs]
 
 
-def partition(graph: Graph, fold_batch_norm: bool = True, include_simple_tasks: bool = False) -> PartitionedGraph:
+def partition(graph: Graph, fold_batch_norm: bool = True, include_simple_tasks: bool = False,
+              winograd: bool = True) -> PartitionedGraph:
     """Fuse ``graph`` into subgraphs and deduplicate them into workloads and tasks.
     ``fold_batch_norm``: first fold each batch norm that follows a conv or dense into its
-    weights and a bias (what Relay's FoldScaleAxis and FoldConstant do)."""
+    weights and a bias (what Relay's FoldScaleAxis and FoldConstant do). ``winograd``: then
+    compute the 3×3 stride-1 convolutions that qualify by Winograd's algorithm
+    (``passes.use_winograd``); a tuning log made one way does not fit the other's tasks."""
     runnable = _fold_batch_norm(graph) if fold_batch_norm else graph
+    runnable = _use_winograd(runnable) if winograd else runnable
     subgraphs, workloads, by_key = [], [], {}
     for nodes, pattern in _fuse_groups(runnable):
         dag, inputs = subgraph_dag(nodes)

@@ -32,6 +32,7 @@ from .elementwise import (add, bias_add, broadcast_to, cast, channelwise, clip, 
                           reciprocal, relu, scalar_op, sigmoid, sqrt, subtract, tanh)
 from .linalg import batch_matmul, dense, matmul, norm
 from .conv import capsule_conv2d, conv, conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d
+from .winograd import conv2d_winograd, winograd_weight
 from .nn import batch_norm, global_pool, layer_norm, log_softmax, lrn, pool, reduce, softmax
 from .transform import PAD_MODES, concat, gather, pad_mode, reshape, strided_slice, transpose
 from .image import resize
@@ -47,6 +48,7 @@ __all__ = [
     "reciprocal", "relu", "scalar_op", "sigmoid", "sqrt", "subtract", "tanh",
     "batch_matmul", "dense", "matmul", "norm",
     "capsule_conv2d", "conv", "conv1d", "conv2d", "conv2d_transpose", "conv3d", "depthwise_conv2d",
+    "conv2d_winograd", "winograd_weight",
     "batch_norm", "global_pool", "layer_norm", "log_softmax", "lrn", "pool", "reduce", "softmax",
     "PAD_MODES", "concat", "gather", "pad_mode", "reshape", "strided_slice", "transpose",
     "resize",

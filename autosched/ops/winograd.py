@@ -1,0 +1,192 @@
+"""Winograd convolution F(m×m, 3×3) for channel-last 2-D data (Lavin & Gray 2016).
+
+A stride-1, undilated, ungrouped 3×3 convolution computed on tiles of m×m outputs:
+``Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`` per (m+2)×(m+2) input tile ``d``. The multiplications
+move into one batched matrix product per tile position (``bgemm``: tiles × CI by CI × CO,
+(m+2)² of them), which needs (m+2)²/(9m²) of the direct convolution's multiply-adds:
+1/2.25 for m = 2, 1/4 for m = 4. The weight transform ``U = G g Gᵀ`` depends only on the
+weights, so it is done once, in numpy, when the model is prepared
+(``winograd_weight``); the operator takes ``U`` as its weight, laid out (α², CI, CO).
+
+Stages: the padded input, ``data_pack`` (Bᵀ d B: a reduction over the tile, one
+multiply-add per term, its constant coefficient a scalar select chain on the loop indices
+that LLVM hoists out of the vector loop over channels), ``bgemm``, and the output (Aᵀ M A
+written out term by term, which also undoes the tiling): an elementwise stage, so the
+partitioner fuses bias, residual add and ReLU into it as into a convolution's output.
+The transform costs about 16 multiply-adds per tile position and channel, against CO
+(output channels) for ``bgemm``: Winograd pays off on wide layers (``graph.passes``
+decides where). Only m = 2 is offered: its matrices are 0, ±1 and ½, exact in float32,
+so the result matches the direct convolution to rounding.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import ir
+from ir.tensor import as_int
+
+from .common import as_tuple, check_dims, pad
+from .registry import operator
+
+#: F(2×2, 3×3): Bᵀ (α×α), G (α×3), Aᵀ (m×α)
+_MATRICES = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+        np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+}
+TILE_SIZES = tuple(_MATRICES)
+
+
+def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Bᵀ, G, Aᵀ) of F(tile×tile, 3×3)."""
+    if tile not in _MATRICES:
+        raise ValueError(f"winograd: tile size {tile!r} is not offered; expected one of {TILE_SIZES}")
+    return _MATRICES[tile]
+
+
+def winograd_weight(weight: np.ndarray, tile: int = 2) -> np.ndarray:
+    """``U = G g Gᵀ`` of an HWIO 3×3 weight (3, 3, CI, CO), as (α², CI, CO) float32: the
+    tile positions (ε, ν) flattened row-major, one matrix per position."""
+    weight = np.asarray(weight)
+    if weight.ndim != 4 or weight.shape[:2] != (3, 3):
+        raise ValueError(f"winograd_weight: expected a (3, 3, CI, CO) weight, got shape {weight.shape}")
+    _, g, _ = transform_matrices(tile)
+    u = np.einsum("ek,klio,fl->efio", g, weight.astype(np.float64), g)
+    u = u.reshape(-1, *weight.shape[2:])
+    return u.astype(weight.dtype if weight.dtype.kind == "f" else np.float32)
+
+
+def _const_matrix(values: np.ndarray, name: str):
+    """``(i, j) -> Expr``: the entry of a small constant matrix as a select chain on the indices."""
+    rows, cols = values.shape
+
+    def entry(i, j):
+        expr = ir.const(0.0, "float32")
+        for r in range(rows):
+            for c in range(cols):
+                v = float(values[r, c])
+                if v != 0.0:
+                    expr = ir.select(ir.all_of([i == r, j == c]), ir.const(v, "float32"), expr)
+        return expr
+    entry.__name__ = name
+    return entry
+
+
+def conv2d_winograd(data, weight, padding=1, pad_after=None, tile: int = 2, name=None):
+    """A 3×3, stride-1 convolution of NHWC ``data`` with a transformed weight ``U``
+    (α², CI, CO) from ``winograd_weight``; ``padding`` before each spatial axis,
+    ``pad_after`` (default: the same) after it. Output (N, OH, OW, CO) as ``conv2d``."""
+    what = name or "conv2d_winograd"
+    bt, _, at = transform_matrices(tile)
+    alpha = tile + 2
+    if data.ndim != 4:
+        raise ValueError(f"{what}: data must be NHWC (4 dimensions), got shape {data.shape}")
+    n, h, w, ci = data.shape
+    if weight.ndim != 3 or tuple(weight.shape[:2]) != (alpha * alpha, ci):
+        raise ValueError(f"{what}: the transformed weight has shape {weight.shape}; expected "
+                         f"({alpha * alpha}, {ci}, CO) for F({tile}x{tile}, 3x3) on {ci} input channels")
+    co = weight.shape[2]
+    before = as_tuple(padding, 2, f"{what}: padding", minimum=0)
+    after = before if pad_after is None else as_tuple(pad_after, 2, f"{what}: pad_after", minimum=0)
+    oh, ow = h + before[0] + after[0] - 2, w + before[1] + after[1] - 2
+    check_dims(what, OH=oh, OW=ow)
+    nh, nw = math.ceil(oh / tile), math.ceil(ow / tile)
+    # pad so that every tile's α×α window lies inside: nh·m + 2 rows
+    extra = (nh * tile + 2 - h - before[0], nw * tile + 2 - w - before[1])
+    padded = pad(data, (0, before[0], before[1], 0), (0, max(0, extra[0]), max(0, extra[1]), 0))
+    b_of = _const_matrix(bt.T, "B")      # B[r][eps]
+    tiles = nh * nw
+
+    def tile_origin(p):
+        """(batch, first row, first column) of tile ``p`` (tiles numbered row-major per image)."""
+        return p // tiles, (p // nw) % nh * tile, p % nw * tile
+
+    ra, rb = ir.reduce_axis(alpha, "ra"), ir.reduce_axis(alpha, "rb")
+
+    def pack(e, p, c):
+        b, y0, x0 = tile_origin(p)
+        # the coefficient first: a scalar of the loop indices, hoisted out of the vector loop
+        # over channels, leaving one multiply-add per term
+        return ir.sum(padded[b, y0 + ra, x0 + rb, c] * (b_of(ra, e // alpha) * b_of(rb, e % alpha)), axis=[ra, rb])
+
+    # GFLOPS of this algorithm are those of the direct convolution it computes (as TVM reports them)
+    direct_flops = 2 * n * oh * ow * co * ci * 9
+    data_pack = ir.compute((alpha * alpha, n * tiles, ci), pack, name=f"{what}_data_pack", tag="winograd_data_pack",
+                           attrs={"flop_count": 0})
+    rc = ir.reduce_axis(ci, "rc")
+    bgemm = ir.compute((alpha * alpha, n * tiles, co),
+                       lambda e, p, o: ir.sum(data_pack[e, p, rc] * weight[e, rc, o], axis=[rc]),
+                       name=f"{what}_bgemm", tag="winograd_bgemm", attrs={"flop_count": direct_flops})
+
+    def inverse(b, y, x, o):
+        # Aᵀ M A written out term by term (no reduction axis): an elementwise stage, which the
+        # sketch rules fuse into the output's consumers and vectorise along the channels
+        p = b * tiles + (y // tile) * nw + x // tile
+        row, col = y % tile, x % tile
+        terms = [bgemm[sa * alpha + sb, p, o] * (_row_coefficient(at, sa, row) * _row_coefficient(at, sb, col))
+                 for sa in range(alpha) for sb in range(alpha)]
+        return _sum(terms)
+
+    return ir.compute((n, oh, ow, co), inverse, name=what, tag="conv2d_winograd_nhwc", attrs={"flop_count": 0})
+
+
+def _row_coefficient(at: np.ndarray, column: int, row):
+    """``at[row, column]`` for a fixed ``column`` and an index expression ``row``."""
+    expr = ir.const(0.0, "float32")
+    for r in range(at.shape[0]):
+        if at[r, column] != 0.0:
+            expr = ir.select(row == r, ir.const(float(at[r, column]), "float32"), expr)
+    return expr
+
+
+def _sum(terms):
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    return total
+
+
+def reference(data: np.ndarray, weight: np.ndarray, padding=1, pad_after=None, tile: int = 2) -> np.ndarray:
+    """``conv2d_winograd`` in float64 numpy, independently of the tensor expression: the
+    tiles' transforms as matrix products (float64 keeps it a reference)."""
+    bt, _, at = transform_matrices(tile)
+    alpha = tile + 2
+    x = np.asarray(data, np.float64)
+    u = np.asarray(weight, np.float64)
+    u = u.reshape(alpha, alpha, *u.shape[1:])
+    n, h, w, _ = x.shape
+    before = as_tuple(padding, 2, "padding", minimum=0)
+    after = before if pad_after is None else as_tuple(pad_after, 2, "pad_after", minimum=0)
+    oh, ow = h + before[0] + after[0] - 2, w + before[1] + after[1] - 2
+    nh, nw = math.ceil(oh / tile), math.ceil(ow / tile)
+    xp = np.zeros((n, nh * tile + 2, nw * tile + 2, x.shape[3]))
+    rows, cols = min(h, nh * tile + 2 - before[0]), min(w, nw * tile + 2 - before[1])
+    xp[:, before[0]:before[0] + rows, before[1]:before[1] + cols] = x[:, :rows, :cols]
+    out = np.zeros((n, nh * tile, nw * tile, u.shape[3]))
+    for i in range(nh):
+        for j in range(nw):
+            d = xp[:, i * tile:i * tile + alpha, j * tile:j * tile + alpha]          # (n, α, α, ci)
+            v = np.einsum("ea,nabc,fb->nefc", bt, d, bt)
+            m = np.einsum("nefc,efco->nefo", v, u)
+            out[:, i * tile:(i + 1) * tile, j * tile:(j + 1) * tile] = np.einsum("ye,nefo,xf->nyxo", at, m, at)
+    return out[:, :oh, :ow]
+
+
+def winograd_applicable(kernel, stride, dilation, groups, data_ndim: int) -> bool:
+    """Whether a convolution with these parameters can be computed by ``conv2d_winograd``."""
+    return (data_ndim == 4 and tuple(kernel) == (3, 3) and as_tuple(stride, 2, "stride") == (1, 1)
+            and as_tuple(dilation, 2, "dilation") == (1, 1) and as_int(groups) == 1)
+
+
+@operator("conv2d_winograd",
+          reference=lambda ins, p: [reference(ins[0], ins[1], p.padding, None, p.tile)],
+          flops=lambda ts, p: 2 * math.prod(ts[-1].shape) * p.CI * 9)
+def conv2d_winograd_workload(N, H, W, CI, CO, padding=1, tile=2, weight_constant=True, dtype="float32"):
+    """A 3×3 stride-1 convolution of NHWC data by Winograd's F(tile×tile, 3×3); the weight
+    input is the transformed one, ((tile+2)², CI, CO) (``winograd_weight``)."""
+    check_dims("conv2d_winograd", N=N, H=H, W=W, CI=CI, CO=CO)
+    data = ir.placeholder((N, H, W, CI), dtype, name="data")
+    weight = ir.placeholder(((tile + 2) ** 2, CI, CO), dtype, name="weight", constant=weight_constant)
+    return [data, weight, conv2d_winograd(data, weight, padding, tile=tile)]
