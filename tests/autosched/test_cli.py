@@ -66,6 +66,7 @@ def test_an_unwritable_log_is_refused_before_tuning(tmp_path, capsys):
     (["tune", GMM, "--batch-size", "4"], "--batch-size applies only to --network"),
     (["tune", GMM, "--strategy", "round-robin", "--objective", "latency"],
      "--strategy, --objective apply only to --network"),
+    (["tune", GMM, "--no-winograd"], "--no-winograd applies only to --network"),
 ])
 def test_bad_combinations_are_one_line_and_exit_code_2(argv, message, capsys):
     assert cli.main(argv) == 2
