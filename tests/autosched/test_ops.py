@@ -57,6 +57,8 @@ CASES = [
     *both_layouts("conv2d", "NCHW", "NHWC", 1, 1, 1, 2, 3, 1),
     *both_layouts("conv3d", "NCDHW", "NDHWC", 1, 3, 4, 5, 2, 3, 3, padding=1),
     *both_layouts("conv3d", "NCDHW", "NDHWC", 1, 5, 5, 4, 4, 4, (3, 1, 2), stride=2, padding=(1, 0, 1), groups=2),
+    case("conv2d_winograd", 1, 6, 6, 3, 4),
+    case("conv2d_winograd", 2, 7, 5, 4, 3, padding=0),
     *both_layouts("depthwise_conv2d", "NCHW", "NHWC", 1, 6, 6, 3, 3, padding=1),
     *both_layouts("depthwise_conv2d", "NCHW", "NHWC", 1, 7, 7, 4, 3, stride=2, padding=1, multiplier=2),
     *both_layouts("depthwise_conv2d", "NCHW", "NHWC", 2, 5, 5, 2, 3, dilation=2, padding=2),
