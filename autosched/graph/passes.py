@@ -53,9 +53,10 @@ def _foldable(graph: Graph, bn: Node):
     return None
 
 
-def fold_batch_norm(graph: Graph) -> Graph:
-    """``graph`` with batch norms folded into the preceding conv/dense weights (and bias) (a
-    new Graph; nodes that do not change are shared with ``graph``)."""
+def _rewrite(graph: Graph, replace) -> Graph:
+    """``graph`` with each operator node for which ``replace(node, mapped)`` returns a node
+    replaced by it (``mapped(n)``: what an earlier node became); nodes reading a replaced
+    one are copied, the others shared. ``graph`` itself when nothing was replaced."""
     new: dict[int, Node] = {}
 
     def mapped(n: Node) -> Node:
@@ -65,21 +66,9 @@ def fold_batch_norm(graph: Graph) -> Graph:
     for node in graph.nodes:
         if not node.is_op:
             continue
-        found = _foldable(graph, node)
-        if found is not None:
-            anchor, bias = found
-            x, w = (mapped(p) for p in anchor.inputs)
-            gamma, beta, mean, var = node.inputs[1:]
-            eps = float(node.attrs.get("eps", 1e-5))
-            weight_fn = _scaled_weight(anchor.kind, w.shape)
-            w2 = Node("const", shape=w.shape, dtype=w.dtype, name=f"{w.name}_folded",
-                      init=lambda rng, w=w, g=gamma, v=var, f=weight_fn, e=eps: f(w.value, g.value, v.value, e))
-            b2 = Node("const", shape=beta.shape, dtype=beta.dtype, name=f"{node.name}_shift",
-                      init=lambda rng, b=beta, g=gamma, m=mean, v=var, e=eps, c=bias:
-                      b.value - (m.value.astype(np.float64) - (0.0 if c is None else c.value)) * g.value
-                      / np.sqrt(v.value.astype(np.float64) + e))
-            conv = Node(anchor.kind, (x, w2), dict(anchor.attrs), anchor.shape, anchor.dtype, anchor.name)
-            new[id(node)] = Node("bias_add", (conv, b2), {"axis": -1}, node.shape, node.dtype, f"{node.name}_folded")
+        replacement = replace(node, mapped)
+        if replacement is not None:
+            new[id(node)] = replacement
             changed = True
             continue
         inputs = tuple(mapped(p) for p in node.inputs)
@@ -88,6 +77,32 @@ def fold_batch_norm(graph: Graph) -> Graph:
     if not changed:
         return graph
     return Graph(graph.inputs, [mapped(o) for o in graph.outputs], graph.name)
+
+
+def _folded(graph: Graph, node: Node, mapped) -> Node | None:
+    """The bias_add of the folded convolution/dense that replaces batch norm ``node``, or None."""
+    found = _foldable(graph, node)
+    if found is None:
+        return None
+    anchor, bias = found
+    x, w = (mapped(p) for p in anchor.inputs)
+    gamma, beta, mean, var = node.inputs[1:]
+    eps = float(node.attrs.get("eps", 1e-5))
+    weight_fn = _scaled_weight(anchor.kind, w.shape)
+    w2 = Node("const", shape=w.shape, dtype=w.dtype, name=f"{w.name}_folded",
+              init=lambda rng, w=w, g=gamma, v=var, f=weight_fn, e=eps: f(w.value, g.value, v.value, e))
+    b2 = Node("const", shape=beta.shape, dtype=beta.dtype, name=f"{node.name}_shift",
+              init=lambda rng, b=beta, g=gamma, m=mean, v=var, e=eps, c=bias:
+              b.value - (m.value.astype(np.float64) - (0.0 if c is None else c.value)) * g.value
+              / np.sqrt(v.value.astype(np.float64) + e))
+    conv = Node(anchor.kind, (x, w2), dict(anchor.attrs), anchor.shape, anchor.dtype, anchor.name)
+    return Node("bias_add", (conv, b2), {"axis": -1}, node.shape, node.dtype, f"{node.name}_folded")
+
+
+def fold_batch_norm(graph: Graph) -> Graph:
+    """``graph`` with batch norms folded into the preceding conv/dense weights (and bias) (a
+    new Graph; nodes that do not change are shared with ``graph``)."""
+    return _rewrite(graph, lambda node, mapped: _folded(graph, node, mapped))
 
 
 #: Winograd pays off on wide layers (``autosched.ops.winograd``: its transforms cost about
@@ -117,27 +132,13 @@ def use_winograd(graph: Graph, min_channels: int = WINOGRAD_MIN_CHANNELS,
     """``graph`` with each convolution that qualifies (see the module docstring) replaced by
     ``conv2d_winograd`` on a transformed constant weight (a new Graph; nodes that do not
     change are shared with ``graph``)."""
-    new: dict[int, Node] = {}
-
-    def mapped(n: Node) -> Node:
-        return new.get(id(n), n)
-
-    changed = False
-    for node in graph.nodes:
-        if not node.is_op:
-            continue
-        inputs = tuple(mapped(p) for p in node.inputs)
-        if _winograd_candidate(node, min_channels, min_tiles):
-            w = inputs[1]
-            alpha = WINOGRAD_TILE + 2
-            u = Node("const", shape=(alpha * alpha, *w.shape[2:]), dtype=w.dtype, name=f"{w.name}_winograd",
-                     init=lambda rng, w=w: winograd.winograd_weight(w.value, WINOGRAD_TILE))
-            attrs = {"padding": node.attrs["padding"], "pad_after": node.attrs.get("pad_after"),
-                     "tile": WINOGRAD_TILE}
-            new[id(node)] = Node("conv2d_winograd", (inputs[0], u), attrs, node.shape, node.dtype, node.name)
-            changed = True
-        elif any(a is not b for a, b in zip(inputs, node.inputs)):
-            new[id(node)] = Node(node.kind, inputs, dict(node.attrs), node.shape, node.dtype, node.name)
-    if not changed:
-        return graph
-    return Graph(graph.inputs, [mapped(o) for o in graph.outputs], graph.name)
+    def replace(node: Node, mapped) -> Node | None:
+        if not _winograd_candidate(node, min_channels, min_tiles):
+            return None
+        x, w = (mapped(p) for p in node.inputs)
+        alpha = WINOGRAD_TILE + 2
+        u = Node("const", shape=(alpha * alpha, *w.shape[2:]), dtype=w.dtype, name=f"{w.name}_winograd",
+                 init=lambda rng, w=w: winograd.winograd_weight(w.value, WINOGRAD_TILE))
+        attrs = {"padding": node.attrs["padding"], "pad_after": node.attrs.get("pad_after"), "tile": WINOGRAD_TILE}
+        return Node("conv2d_winograd", (x, u), attrs, node.shape, node.dtype, node.name)
+    return _rewrite(graph, replace)
