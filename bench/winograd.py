@@ -7,8 +7,9 @@ Each layer (NHWC, bias and ReLU fused, as the network's tasks are) is tuned twic
 same trials and seed: once as ``ops.conv2d`` and once as ``ops.conv2d_winograd`` on the
 transformed weight. Both winners are then checked against numpy and re-timed in turns in
 this process with PyTorch's conv2d (one thread per core) where installed: the fastest of
-``--rounds`` turns each, weights warm. GFLOPS are the direct convolution's for all three. The JSON rows carry ``direct_gflops``, ``winograd_gflops``,
-``speedup``, ``direct_tuning_s`` and ``winograd_tuning_s``.
+``--rounds`` turns each, weights warm. GFLOPS are the direct convolution's for all three.
+The JSON rows carry ``direct_gflops``, ``winograd_gflops``, ``speedup``,
+``direct_tuning_s`` and ``winograd_tuning_s`` (null where a tuning found no valid program).
 """
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (Table, bench_args, emit_json, fastest_in_turns, gflops, json_row,  # noqa: E402
+from common import (Table, bench_args, emit_json, fastest_in_turns, gflops, json_row, ratio,  # noqa: E402
                     time_torch, torch_available)
 
 import autosched  # noqa: E402
 import ir  # noqa: E402
 from autosched import ops  # noqa: E402
+from autosched.ops import reference as R  # noqa: E402
 from autosched.ops import winograd as W  # noqa: E402
 
 #: ResNet-50's 3x3 stride-1 layers: (spatial size, channels)
@@ -47,7 +49,7 @@ def layer_dag(size: int, channels: int, winograd: bool) -> ir.ComputeDAG:
 
 
 def reference(x, w, b) -> np.ndarray:
-    from autosched.ops import reference as R
+    """The layer in float64 numpy: the direct convolution, bias, ReLU."""
     return np.maximum(R.conv(x, w, (1, 1), (1, 1), (1, 1), 1, True) + b, 0.0)
 
 
@@ -88,6 +90,10 @@ def run(args) -> list[dict]:
             result = autosched.auto_schedule(dag, trials=args.trials, measure_batch=args.measure_batch, log_file=log,
                                              seed=args.seed, verbose=0)
             seconds[kind] = time.perf_counter() - t0
+            if result.kernel is None:
+                print(f"# {name}: the {kind} tuning found no valid program", file=sys.stderr)
+                timers[kind] = lambda: None
+                continue
             weight = W.winograd_weight(w) if kind == "winograd" else w
             timers[kind] = _timer(result.kernel, [("data", x), ("weight", weight), ("bias", b)], want)
         torch_timer = _torch_conv(x, w, b)
@@ -97,12 +103,12 @@ def run(args) -> list[dict]:
         row = json_row(name, ours_gflops=gflops(flops, best["winograd"]), torch_gflops=gflops(flops, best.get("torch")),
                        trials=args.trials,
                        direct_gflops=gflops(flops, best["direct"]), winograd_gflops=gflops(flops, best["winograd"]),
-                       speedup=best["direct"] / best["winograd"], direct_tuning_s=seconds["direct"],
+                       speedup=ratio(best["direct"], best["winograd"]), direct_tuning_s=seconds["direct"],
                        winograd_tuning_s=seconds["winograd"])
         rows.append(row)
         table.add(name, args.trials, row["direct_gflops"], row["winograd_gflops"], row["speedup"],
                   row["torch_gflops"], seconds["direct"], seconds["winograd"])
-        if not args.json_only:
+        if not args.json_only and row["speedup"] is not None:
             print(f"# {name}: direct {row['direct_gflops']:.1f}, winograd {row['winograd_gflops']:.1f} GFLOPS "
                   f"({row['speedup']:.2f}x)", flush=True)
     if not args.json_only:
