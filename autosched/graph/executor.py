@@ -71,6 +71,10 @@ def time_repeats(fn, repeat: int, min_repeat_ms: float = 0.0) -> list[float]:
 
 #: loop iterations below which the default schedule stays on one thread
 _MIN_PARALLEL_WORK = 1 << 16
+#: parallel iterations enough to share among the threads: a loop nest that cannot vectorise
+#: fuses only that many outer loops and keeps the rest serial inside, since a fused loop
+#: pays a division per iteration to recover the indices it fused
+_PARALLEL_ITERATIONS = 128
 
 
 def _vector_lanes(extent: int) -> int:
@@ -78,6 +82,19 @@ def _vector_lanes(extent: int) -> int:
         if extent % lanes == 0 and extent > lanes:
             return lanes
     return 0
+
+
+def _enough_parallel(space_iters) -> list[str]:
+    """The leading space loops whose product first reaches ``_PARALLEL_ITERATIONS`` (all of
+    them if it never does): e.g. the input layout transpose (1, 224, 224, 3) fuses (n, h) and
+    runs (w, c) as plain loops, instead of one fused loop of 150528 divisions."""
+    names, product = [], 1
+    for it in space_iters:
+        names.append(it.name)
+        product *= it.extent
+        if product >= _PARALLEL_ITERATIONS:
+            break
+    return names
 
 
 def _annotate_stage(state: ir.State, sid: int) -> ir.State:
@@ -97,7 +114,7 @@ def _annotate_stage(state: ir.State, sid: int) -> ir.State:
     elif last.extent in (2, 4, 8, 16) and not reduces:
         inner = last.name
     else:
-        outer = spaces
+        outer = _enough_parallel(st.iters[:len(spaces)])
     if reduces and inner is not None:
         state = state.reorder(sid, outer + reduces + [inner])
     if len(outer) > 1:

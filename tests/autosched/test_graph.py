@@ -175,6 +175,23 @@ def test_default_schedule_parallelises_and_vectorises():
     assert isinstance(state, ir.State)
 
 
+def test_default_schedule_of_a_channel_last_transpose_fuses_only_enough_loops():
+    """The input layout transpose (NCHW -> NHWC, 3 channels) cannot vectorise: its default
+    schedule fuses the outer loops up to enough parallel work and keeps the others serial
+    (one fused loop over every element paid a division per element), and stays correct."""
+    from autosched import ops
+    w = ops.workload("transpose", (1, 3, 256, 96), (0, 2, 3, 1))
+    dag = ir.ComputeDAG(w.tensors)
+    state = G.default_schedule(dag)
+    text = str(state)
+    assert "parallel ax0@ax1@ (0,256)" in text, text
+    assert "for ax2 (0,96)" in text and "for ax3 (0,3)" in text, text
+    x = np.random.default_rng(0).standard_normal((1, 3, 256, 96)).astype(np.float32)
+    out = np.empty((1, 256, 96, 3), np.float32)
+    ir.build(dag, state)(x, out)
+    np.testing.assert_array_equal(out, np.transpose(x, (0, 2, 3, 1)))
+
+
 def test_memory_plan_reuses_memory_without_overlapping_live_tensors():
     """Liveness-based planning: tensors alive at the same kernel never share bytes, the arena
     is smaller than one buffer per tensor, and reshape-only subgraphs are views (no kernel)."""
