@@ -117,3 +117,16 @@ def test_bad_winograd_arguments_are_refused_with_what_was_expected():
         W.transform_matrices(3)
     with pytest.raises(ValueError, match=r"expected a \(3, 3, CI, CO\) weight"):
         W.winograd_weight(np.zeros((5, 5, 2, 2), np.float32))
+
+
+def test_the_transforms_spend_no_multiply_add_on_a_zero_entry():
+    # F(2x2, 3x3): each row of B^T has two nonzero entries, so a tile position's pack sums
+    # 2 x 2 terms (not the whole 4 x 4 tile); each row of A^T has three, so an output sums 3 x 3
+    data = ir.placeholder((1, 8, 8, 4), name="data")
+    weight = ir.placeholder((16, 4, 4), name="w", constant=True)
+    out = W.conv2d_winograd(data, weight)
+    dag = ir.ComputeDAG([data, weight, out])
+    pack = next(op for op in dag.ops if op.name.endswith("_data_pack"))
+    assert [ax.extent for ax in pack.body.axes] == [2, 2]
+    reads = [e for e in ir.expr.walk(out.op.body) if isinstance(e, ir.TensorRead)]
+    assert len(reads) == 9
