@@ -2,13 +2,14 @@
 
     python bench/winograd.py --trials 64               # 56x56x64, 28x28x128, 14x14x256, 7x7x512
     python bench/winograd.py --trials 64 --layers 14x256
+    python bench/winograd.py --trials 64 --tile 4      # F(4x4, 3x3) instead of F(2x2, 3x3)
 
 Each layer (NHWC, bias and ReLU fused, as the network's tasks are) is tuned twice with the
 same trials and seed: once as ``ops.conv2d`` and once as ``ops.conv2d_winograd`` on the
-transformed weight. Both winners are then checked against numpy and re-timed in turns in
-this process with PyTorch's conv2d (one thread per core) where installed: the fastest of
-``--rounds`` turns each, weights warm. GFLOPS are the direct convolution's for all three.
-The JSON rows carry ``direct_gflops``, ``winograd_gflops``, ``speedup``,
+transformed weight (F(m×m, 3×3), m = ``--tile``). Both winners are then checked against
+numpy and re-timed in turns in this process with PyTorch's conv2d (one thread per core)
+where installed: the fastest of ``--rounds`` turns each, weights warm. GFLOPS are the direct convolution's for all three.
+The JSON rows carry ``tile``, ``direct_gflops``, ``winograd_gflops``, ``speedup``,
 ``direct_tuning_s`` and ``winograd_tuning_s`` (null where a tuning found no valid program).
 """
 from __future__ import annotations
@@ -35,12 +36,12 @@ from autosched.ops import winograd as W  # noqa: E402
 LAYERS = ((56, 64), (28, 128), (14, 256), (7, 512))
 
 
-def layer_dag(size: int, channels: int, winograd: bool) -> ir.ComputeDAG:
-    """A 3x3 stride-1 convolution with bias and ReLU, direct or by Winograd's F(2x2, 3x3)."""
+def layer_dag(size: int, channels: int, winograd: bool, tile: int = 2) -> ir.ComputeDAG:
+    """A 3x3 stride-1 convolution with bias and ReLU, direct or by Winograd's F(tile x tile, 3x3)."""
     x = ir.placeholder((1, size, size, channels), name="data")
     if winograd:
-        w = ir.placeholder((16, channels, channels), name="weight", constant=True)
-        y = W.conv2d_winograd(x, w, padding=1)
+        w = ir.placeholder(((tile + 2) ** 2, channels, channels), name="weight", constant=True)
+        y = W.conv2d_winograd(x, w, padding=1, tile=tile)
     else:
         w = ir.placeholder((3, 3, channels, channels), name="weight", constant=True)
         y = ops.conv2d(x, w, 1, 1)
@@ -84,7 +85,7 @@ def run(args) -> list[dict]:
         flops = 2 * size * size * channels * channels * 9
         timers, seconds = {}, {}
         for kind in ("direct", "winograd"):
-            dag = layer_dag(size, channels, kind == "winograd")
+            dag = layer_dag(size, channels, kind == "winograd", args.tile)
             log = os.path.join(args.log_dir, f"{name}.{kind}.json") if args.log_dir else None
             t0 = time.perf_counter()
             result = autosched.auto_schedule(dag, trials=args.trials, measure_batch=args.measure_batch, log_file=log,
@@ -94,14 +95,14 @@ def run(args) -> list[dict]:
                 print(f"# {name}: the {kind} tuning found no valid program", file=sys.stderr)
                 timers[kind] = lambda: None
                 continue
-            weight = W.winograd_weight(w) if kind == "winograd" else w
+            weight = W.winograd_weight(w, args.tile) if kind == "winograd" else w
             timers[kind] = _timer(result.kernel, [("data", x), ("weight", weight), ("bias", b)], want)
         torch_timer = _torch_conv(x, w, b)
         if torch_timer is not None:
             timers["torch"] = torch_timer
         best = fastest_in_turns(timers, args.rounds)
         row = json_row(name, ours_gflops=gflops(flops, best["winograd"]), torch_gflops=gflops(flops, best.get("torch")),
-                       trials=args.trials,
+                       trials=args.trials, tile=args.tile,
                        direct_gflops=gflops(flops, best["direct"]), winograd_gflops=gflops(flops, best["winograd"]),
                        speedup=ratio(best["direct"], best["winograd"]), direct_tuning_s=seconds["direct"],
                        winograd_tuning_s=seconds["winograd"])
@@ -128,6 +129,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], parents=[bench_args()])
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--layers", type=_layer, nargs="+", default=list(LAYERS), metavar="SIZExCHANNELS")
+    parser.add_argument("--tile", type=int, choices=W.TILE_SIZES, default=2,
+                        help="Winograd's output tile m of F(m x m, 3x3) (default 2)")
     parser.add_argument("--measure-batch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3, help="turns of re-timing; the fastest of each is kept")
     parser.add_argument("--log-dir", default=None, help="keep the tuning logs here (default: none)")

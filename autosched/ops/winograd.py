@@ -18,9 +18,11 @@ Bᵀ is half zeros, so a reduction over the whole 4×4 tile spent three of every
 multiply-adds of the pack on zeros (ResNet-50's 56×56×64 layer at 48 trials: the pack
 alone 0.17 -> 0.07 ms, the layer 0.89 -> 0.62-0.64 ms). The transforms cost a few
 multiply-adds per tile position and channel, against CO (output channels) for ``bgemm``:
-Winograd pays off on wide layers (``graph.passes`` decides where). Only m = 2 is offered:
-its matrices are 0, ±1 and ½, exact in float32, so the result matches the direct
-convolution to rounding.
+Winograd pays off on wide layers (``graph.passes`` decides where, and with which m).
+m = 2 and m = 4 are offered: F(2×2, 3×3)'s matrices are 0, ±1 and ½, exact in float32, so
+its result matches the direct convolution to rounding; F(4×4, 3×3) needs a quarter of the
+direct multiply-adds (against 1/2.25) on larger transforms, and its G has sixths and
+twenty-fourths, so its result is a few roundings further off (about 1e-5 relative).
 """
 from __future__ import annotations
 
@@ -35,11 +37,16 @@ from ir.tensor import as_int
 from .common import as_tuple, check_dims, pad
 from .registry import operator
 
-#: F(2×2, 3×3): Bᵀ (α×α), G (α×3), Aᵀ (m×α)
+#: F(m×m, 3×3) by m: Bᵀ (α×α), G (α×3), Aᵀ (m×α); m = 4 interpolates at 0, ±1, ±2 (Lavin & Gray)
 _MATRICES = {
     2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
         np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
         np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
 }
 TILE_SIZES = tuple(_MATRICES)
 

@@ -17,23 +17,24 @@ def _direct(x, w, before, after):
     return R.conv(x, w, (1, 1), before, (1, 1), 1, True, pad_after=after)
 
 
+@pytest.mark.parametrize("tile", W.TILE_SIZES)
 @pytest.mark.parametrize("n, h, w, ci, co, before, after", [
     (1, 6, 6, 3, 4, (1, 1), None),        # tiles cover the output exactly
     (1, 7, 5, 4, 3, (1, 1), None),        # odd sizes: the last tile reaches past the output
     (2, 8, 8, 5, 6, (0, 0), None),        # no padding, batch of two
     (1, 9, 6, 2, 5, (1, 0), (0, 2)),      # asymmetric padding (ONNX pads)
 ])
-def test_winograd_matches_the_direct_convolution(n, h, w, ci, co, before, after):
+def test_winograd_matches_the_direct_convolution(n, h, w, ci, co, before, after, tile):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, h, w, ci)).astype(np.float32)
     g = rng.standard_normal((3, 3, ci, co)).astype(np.float32)
     want = _direct(x, g, before, after if after is not None else before)
-    u = W.winograd_weight(g)
-    assert u.shape == (16, ci, co) and u.dtype == np.float32
-    np.testing.assert_allclose(W.reference(x, u, before, after), want, rtol=1e-5, atol=1e-5)
+    u = W.winograd_weight(g, tile)
+    assert u.shape == ((tile + 2) ** 2, ci, co) and u.dtype == np.float32
+    np.testing.assert_allclose(W.reference(x, u, before, after, tile), want, rtol=1e-5, atol=1e-5)
     data = ir.placeholder(x.shape, name="data")
     weight = ir.placeholder(u.shape, name="weight", constant=True)
-    out = W.conv2d_winograd(data, weight, before, after)
+    out = W.conv2d_winograd(data, weight, before, after, tile)
     assert out.shape == want.shape
     got = np.zeros(out.shape, np.float32)
     ir.build(ir.ComputeDAG([data, weight, out]))(x, u, got)
@@ -119,14 +120,16 @@ def test_bad_winograd_arguments_are_refused_with_what_was_expected():
         W.winograd_weight(np.zeros((5, 5, 2, 2), np.float32))
 
 
-def test_the_transforms_spend_no_multiply_add_on_a_zero_entry():
-    # F(2x2, 3x3): each row of B^T has two nonzero entries, so a tile position's pack sums
-    # 2 x 2 terms (not the whole 4 x 4 tile); each row of A^T has three, so an output sums 3 x 3
+@pytest.mark.parametrize("tile, pack_terms, output_terms", [(2, 2, 3), (4, 4, 5)])
+def test_the_transforms_spend_no_multiply_add_on_a_zero_entry(tile, pack_terms, output_terms):
+    # each row of F(2x2, 3x3)'s B^T has two nonzero entries, so a tile position's pack sums
+    # 2 x 2 terms, not the whole 4 x 4 tile; each row of its A^T has three, so an output
+    # sums 3 x 3. F(4x4, 3x3): at most 4 of B^T's 6 and 5 of A^T's 6 per row
     data = ir.placeholder((1, 8, 8, 4), name="data")
-    weight = ir.placeholder((16, 4, 4), name="w", constant=True)
-    out = W.conv2d_winograd(data, weight)
+    weight = ir.placeholder(((tile + 2) ** 2, 4, 4), name="w", constant=True)
+    out = W.conv2d_winograd(data, weight, tile=tile)
     dag = ir.ComputeDAG([data, weight, out])
     pack = next(op for op in dag.ops if op.name.endswith("_data_pack"))
-    assert [ax.extent for ax in pack.body.axes] == [2, 2]
+    assert [ax.extent for ax in pack.body.axes] == [pack_terms, pack_terms]
     reads = [e for e in ir.expr.walk(out.op.body) if isinstance(e, ir.TensorRead)]
-    assert len(reads) == 9
+    assert len(reads) == output_terms ** 2
