@@ -53,6 +53,10 @@ TRAINING_OPERATORS = {
     "softmax-8x128x128": ("softmax", ((8, 128, 128),), {}),
     "layer_norm-128x768": ("layer_norm", ((128, 768),), {}),
     "layer_norm-256x512": ("layer_norm", ((256, 512),), {}),
+    # Winograd F(2x2, 3x3) (the networks' 3x3 stride-1 layers; records measured on the Zen 4 VM)
+    "winograd-1x28x28x96x96": ("conv2d_winograd", (1, 28, 28, 96, 96), {}),
+    "winograd-1x14x14x192x192": ("conv2d_winograd", (1, 14, 14, 192, 192), {}),
+    "winograd-1x7x7x384x384": ("conv2d_winograd", (1, 7, 7, 384, 384), {}),
 }
 
 
