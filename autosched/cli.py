@@ -293,7 +293,7 @@ def add_tune(sub) -> None:
     tune.add_argument("--early-stopping", type=count("--early-stopping", 1), default=None,
                       help="stop after N trials without improvement")
     tune.add_argument("--minutes", type=positive_number("--minutes"), default=None,
-                      help="stop after about M minutes of tuning (no round starts after them), "
+                      help="stop within about M minutes of tuning (no round starts that would end after them), "
                            "whatever --trials allows")
     tune.add_argument("--retime-best", type=count("--retime-best", 0), default=None, metavar="K",
                       help="at the end, re-time the K fastest programs of each task in turns and keep the "

@@ -129,7 +129,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     task after that many trials without improvement. ``fold_batch_norm``, ``winograd``: as
     ``graph.partition``'s, for networks not partitioned yet. ``base_model`` and ``records_db``: as
     ``auto_schedule``'s. ``time_budget_s``: tune for at most about this many wall seconds
-    (no round starts after it; at most one round more), whatever ``trials`` allows.
+    (no round starts that would end after it, judged by the rounds so far), whatever ``trials`` allows.
     ``retime_best``: as ``auto_schedule``'s (each task measured in this run has its
     fastest programs re-timed in turns at the end: a few seconds a task, after the budget).
     Deterministic for a ``seed`` given the same measurements (a time budget is not).

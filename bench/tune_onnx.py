@@ -42,6 +42,9 @@ from autosched.tune import RETIME_BEST  # noqa: E402
 from evolution import SearchParams  # noqa: E402
 
 THREADS = 2
+#: the last chunk re-times every task's best programs in turns (RETIME_BEST of them): about a
+#: second per task here, reserved out of the budget
+RETIME_SECONDS_PER_TASK = 1.0
 
 
 def torch_baseline(src, inputs):
@@ -139,14 +142,23 @@ def main(argv=None) -> int:
     log = args.log_file or os.path.join(tempfile.mkdtemp(prefix="tune_onnx_"), f"{args.model}.jsonl")
     budget, tuned_s, chunk, curve, result = 60.0 * args.minutes, 0.0, 0, [], None
     first = len(part.tasks) * args.measure_batch          # the warm-up: one round per task
-    while tuned_s < budget:
-        slice_s = min(budget - tuned_s, budget / args.curve_points)
-        # the warm-up (one round per task) whole, then chunks of wall time (at most one
-        # round over: TaskScheduler.tune's time budget)
+    rounds, last = 0, False
+    retime_s = RETIME_SECONDS_PER_TASK * len(part.tasks)  # the last chunk's re-timing, kept out of its slice
+    while not last:
+        # the warm-up (one round per task) whole, then chunks of wall time, each starting no
+        # round that would end after it (TaskScheduler.tune's time budget); the last is the
+        # one after which no round of the mean length so far would fit in the budget
+        left = budget - tuned_s - retime_s
+        round_s = tuned_s / rounds if rounds else 0.0
+        slice_s = min(left, budget / args.curve_points)
+        last = chunk > 0 and left - slice_s < round_s
+        if chunk > 0 and slice_s < round_s:
+            break
         trials, seconds = (first, None) if chunk == 0 else (1 << 30, slice_s)
         t0 = time.perf_counter()
-        result = tune_chunk(part, args, trials, log, chunk, seconds, last=chunk > 0 and slice_s >= budget - tuned_s)
+        result = tune_chunk(part, args, trials, log, chunk, seconds, last=last)
         tuned_s += time.perf_counter() - t0
+        rounds += -(-result.trials // args.measure_batch)
         chunk += 1
         ex = result.executor(0, warn_untuned=False, kernel_cache=kernels)
         # the fastest of three short readings: a burst of the host (its kernel's memory

@@ -196,9 +196,9 @@ class TaskScheduler:
              early_stopping: int | None = None, time_budget_s: float | None = None) -> "TaskScheduler":
         """Spend up to ``trials`` measurements, ``measure_batch`` per round, over the tasks
         (``policies[i]`` searches task i). ``early_stopping``: stop once the objective has
-        not improved for that many trials. ``time_budget_s``: start no round once this many
-        wall seconds have passed since the call (the round under way finishes, so the
-        budget is exceeded by at most one round)."""
+        not improved for that many trials. ``time_budget_s``: start no round that would end
+        after this many wall seconds since the call, judged by the rounds so far (their
+        mean duration); the first round always runs, so only it can overrun."""
         if len(policies) != self.n_tasks:
             raise ValueError(f"{len(policies)} policies for {self.n_tasks} tasks")
         if trials < 0 or measure_batch < 1:
@@ -212,14 +212,17 @@ class TaskScheduler:
                 cb.on_start(self)
         best_value, best_at = self.objective_value(), 0
         try:
+            rounds = 0
             while self.total_trials < trials:
-                if time_budget_s is not None and time.perf_counter() - self._start >= time_budget_s:
+                elapsed = time.perf_counter() - self._start
+                if time_budget_s is not None and rounds and elapsed * (rounds + 1) / rounds > time_budget_s:
                     self.stop_reason = f"the time budget of {time_budget_s:g} s spent"
                     break
                 i = self.next_task()
                 if i is None:
                     break
                 self.tune_task(i, policies[i], measurer, min(measure_batch, trials - self.total_trials))
+                rounds += 1
                 value = self.objective_value()
                 if value < best_value:
                     best_value, best_at = value, self.total_trials

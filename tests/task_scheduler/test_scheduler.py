@@ -183,7 +183,7 @@ def test_callbacks_print_the_table_and_log_the_curve(tmp_path):
     assert lines[-1]["latencies"][0] == pytest.approx(float(sched.network_latencies()[0]))
 
 
-def test_a_time_budget_stops_the_rounds_once_it_is_spent(monkeypatch):
+def test_a_time_budget_starts_no_round_that_would_end_after_it(monkeypatch):
     import task_scheduler.scheduler as scheduler_module
     clock = [100.0]
     monkeypatch.setattr(scheduler_module.time, "perf_counter", lambda: clock[0])
@@ -192,11 +192,13 @@ def test_a_time_budget_stops_the_rounds_once_it_is_spent(monkeypatch):
         def measure(self, task, states):
             clock[0] += 10.0
             return super().measure(task, states)
-    sched = TaskScheduler(tasks_of(3), weights=np.ones((1, 3)), flops=[1e8] * 3, tags=[""] * 3)
-    sched.tune([FakePolicy() for _ in range(3)], SlowMeasurer(CURVES), trials=1000, measure_batch=4,
-               time_budget_s=35)
-    assert sum(sched.rounds) == 4 and sched.total_trials == 16  # rounds start at 0, 10, 20, 30 s
-    assert "time budget of 35 s" in sched.stop_reason
+    for budget, rounds in ((35, 3), (40, 4), (5, 1)):
+        # rounds of 10 s end at 10, 20, 30 s: a fourth would end at 40 s; the first always runs
+        sched = TaskScheduler(tasks_of(3), weights=np.ones((1, 3)), flops=[1e8] * 3, tags=[""] * 3)
+        sched.tune([FakePolicy() for _ in range(3)], SlowMeasurer(CURVES), trials=1000, measure_batch=4,
+                   time_budget_s=budget)
+        assert sum(sched.rounds) == rounds and sched.total_trials == 4 * rounds, budget
+        assert f"time budget of {budget} s" in sched.stop_reason
     with pytest.raises(ValueError, match="time_budget_s"):
         sched.tune([FakePolicy() for _ in range(3)], FakeMeasurer(CURVES), trials=4, time_budget_s=0)
 
