@@ -98,8 +98,9 @@ def conv2d_winograd(data, weight, padding=1, pad_after=None, tile: int = 2, name
         """(batch, first row, first column) of tile ``p`` (tiles numbered row-major per image)."""
         return p // tiles, (p // nw) % nh * tile, p % nw * tile
 
-    # Bᵀ's nonzero entries row by row: F(2×2, 3×3)'s Bᵀ is three-quarters zeros, and a
-    # reduction over the whole α×α tile would spend a multiply-add on each of them
+    # Bᵀ's nonzero entries row by row: for F(2×2, 3×3), Bᵀ[ε, a]·Bᵀ[ν, b] is zero for 12 of a
+    # tile position's 16 (a, b), and a reduction over the whole α×α tile would spend a
+    # multiply-add on each
     columns, coefficients, terms = _nonzeros_by_row(bt)
     rk, rl = ir.reduce_axis(terms, "rk"), ir.reduce_axis(terms, "rl")
 
