@@ -8,7 +8,8 @@ Each layer (NHWC, bias and ReLU fused, as the network's tasks are) is tuned twic
 same trials and seed: once as ``ops.conv2d`` and once as ``ops.conv2d_winograd`` on the
 transformed weight (F(m×m, 3×3), m = ``--tile``). Both winners are then checked against
 numpy and re-timed in turns in this process with PyTorch's conv2d (one thread per core)
-where installed: the fastest of ``--rounds`` turns each, weights warm. GFLOPS are the direct convolution's for all three.
+where installed: the fastest of ``--rounds`` turns each, weights warm. GFLOPS are the
+direct convolution's for all three.
 The JSON rows carry ``tile``, ``direct_gflops``, ``winograd_gflops``, ``speedup``,
 ``direct_tuning_s`` and ``winograd_tuning_s`` (null where a tuning found no valid program).
 """
