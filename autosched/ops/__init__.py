@@ -36,7 +36,7 @@ from .winograd import conv2d_winograd, winograd_weight
 from .nn import batch_norm, global_pool, layer_norm, log_softmax, lrn, pool, reduce, softmax
 from .transform import PAD_MODES, concat, gather, pad_mode, reshape, strided_slice, transpose
 from .image import resize
-from .subgraphs import conv_bn_relu, transpose_batch_matmul
+from .subgraphs import conv_bn_relu, conv_residual, transpose_batch_matmul
 from .suite import FAMILIES, parse_suite_name, suite, suite_names, suite_workload
 from .baseline import numpy_routine
 
@@ -52,7 +52,7 @@ __all__ = [
     "batch_norm", "global_pool", "layer_norm", "log_softmax", "lrn", "pool", "reduce", "softmax",
     "PAD_MODES", "concat", "gather", "pad_mode", "reshape", "strided_slice", "transpose",
     "resize",
-    "conv_bn_relu", "transpose_batch_matmul",
+    "conv_bn_relu", "conv_residual", "transpose_batch_matmul",
     "FAMILIES", "parse_suite_name", "suite", "suite_names", "suite_workload",
     "numpy_routine",
 ]

@@ -187,17 +187,30 @@ def _conv_transpose_by_phase(data, weight, lay, n, kernel, stride, offsets, in_s
     output position's phase (o − offset) mod s. Output o reads input
     q = ⌈(o − offset) / s⌉ + j with the flipped kernel's tap r = (offset − o) mod s + s·j,
     for j < ⌈k / s⌉: 1/s of the dilated form's multiply-adds per strided dimension (the
-    zeros TVM's form multiplies unless an unrolled loop folds its condition)."""
+    zeros TVM's form multiplies unless an unrolled loop folds its condition).
+
+    Where every strided output size is a multiple of its stride, the sums are computed
+    phase-major, o = q·s + p with q and p axes of their own (laid out as the output is), and
+    copied into the output's shape: neighbouring outputs have different phases and so
+    different taps, so a register tile of them would load one weight per multiply-add; a
+    tile of one phase's positions shares its weights, as a convolution's does."""
     taps = [-(-k // st) for k, st in zip(kernel, stride)]
     rc = ir.reduce_axis(ci, "rc")
     rk = reduce_axes(taps, lay)
+    phased = all(st == 1 or out % st == 0 for st, out in zip(stride, out_sp))
 
-    def body(*idx):
-        n_, c_out, sp = lay.unpack(idx)
+    def term(n_, c_out, positions):
+        """The summand at the output position given per dimension as (q, p), o = q·s + p
+        (q None: o = p)."""
         conds, src, tap = [], [], []
-        for o, j, off, st, k, t, size, out in zip(sp, rk, offsets, stride, kernel, taps, in_sp, out_sp):
-            r = (off - o) % st + j * st if st > 1 else j
-            q = (o - off + st - 1) // st + j if st > 1 else o - off + j
+        for (q_out, p), j, off, st, k, t, size, out in zip(positions, rk, offsets, stride, kernel, taps, in_sp,
+                                                            out_sp):
+            if st > 1:
+                r = (off - p) % st + j * st
+                q = (p - off + st - 1) // st + j
+                q = q + q_out if q_out is not None else q
+            else:
+                r, q = j, p - off + j
             if st * t > k:  # the last tap runs past the kernel for some phases
                 conds.append(r < k)
             if off // st > 0:  # ⌈(0 − off) / s⌉ < 0: the first outputs start before the input
@@ -207,11 +220,35 @@ def _conv_transpose_by_phase(data, weight, lay, n, kernel, stride, offsets, in_s
             src.append(q)
             tap.append(k - 1 - r)
         w = weight[(*tap, rc, c_out)] if lay.channel_last else weight[(rc, c_out, *tap)]
-        term = data[lay.index(n_, rc, src)] * w
-        return ir.sum(ir.select(ir.all_of(conds), term, 0) if conds else term, axis=[*rk, rc])
+        value = data[lay.index(n_, rc, src)] * w
+        return ir.select(ir.all_of(conds), value, 0) if conds else value
 
     tag = f"conv{lay.spatial_dims}d_transpose_{layout.lower()}"
-    return ir.compute(lay.shape(n, co, out_sp), body, name=name or tag, tag=tag)
+    if not phased:
+        def body(*idx):
+            n_, c_out, sp = lay.unpack(idx)
+            return ir.sum(term(n_, c_out, [(None, o) for o in sp]), axis=[*rk, rc])
+
+        return ir.compute(lay.shape(n, co, out_sp), body, name=name or tag, tag=tag)
+
+    split = [st > 1 for st in stride]
+    phase_sp = [d for out, st, s in zip(out_sp, stride, split) for d in ((out // st, st) if s else (out,))]
+
+    def phase_body(*idx):
+        n_, c_out, flat = lay.unpack(idx)
+        flat, positions = list(flat), []
+        for s in split:
+            positions.append((flat.pop(0), flat.pop(0)) if s else (None, flat.pop(0)))
+        return ir.sum(term(n_, c_out, positions), axis=[*rk, rc])
+
+    phases = ir.compute(lay.shape(n, co, phase_sp), phase_body, name=f"{name or tag}_phases", tag=tag)
+
+    def copy(*idx):
+        n_, c_out, sp = lay.unpack(idx)
+        src = [i for o, st, s in zip(sp, stride, split) for i in ((o // st, o % st) if s else (o,))]
+        return phases[lay.index(n_, c_out, src)]
+
+    return ir.compute(lay.shape(n, co, out_sp), copy, name=name or tag, tag="injective")
 
 
 def capsule_conv2d(data, weight, stride=1, padding=0, layout="NHWC", name=None):

@@ -68,6 +68,10 @@ CASES = [
     *both_layouts("conv2d_transpose", "NCHW", "NHWC", 1, 2, 2, 2, 2, 1, stride=2),
     *both_layouts("conv2d_transpose", "NCHW", "NHWC", 1, 5, 5, 2, 2, 3, stride=2, padding=3),
     *both_layouts("conv2d_transpose", "NCHW", "NHWC", 1, 4, 3, 2, 3, 2, stride=1, padding=1),
+    # phase-major (every strided output size a multiple of its stride)
+    *both_layouts("conv2d_transpose", "NCHW", "NHWC", 1, 3, 4, 2, 3, 2, stride=2),
+    *both_layouts("conv2d_transpose", "NCHW", "NHWC", 1, 3, 3, 2, 2, 4, stride=(2, 1), padding=1),
+    *both_layouts("conv2d_transpose", "NCHW", "NHWC", 2, 2, 3, 2, 2, 3, stride=3),
     case("capsule_conv2d", 1, 5, 5, 2, 3, 3, stride=2, padding=1, capsule=2),
     case("capsule_conv2d", 1, 4, 4, 3, 2, 3, padding=1),
     case("capsule_conv2d", 2, 3, 3, 1, 1, 1, capsule=1),
@@ -116,6 +120,8 @@ CASES = [
     # subgraphs
     *both_layouts("conv_layer", "NCHW", "NHWC", 1, 6, 6, 3, 4, 3, stride=2, padding=1),
     *both_layouts("conv_layer", "NCHW", "NHWC", 1, 5, 5, 4, 2, 1),
+    *both_layouts("conv_residual", "NCHW", "NHWC", 1, 6, 6, 3, 4, 3, stride=2, padding=1),
+    *both_layouts("conv_residual", "NCHW", "NHWC", 2, 5, 4, 4, 6, 1),
     case("transpose_batch_matmul", 1, 5, 2, 3),
     case("transpose_batch_matmul", 2, 4, 3, 2, softmax=False),
 ]
@@ -145,7 +151,8 @@ def test_every_operator_is_tested():
 
 
 LAYOUT_OPS = {"conv1d", "conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose", "batch_norm",
-              "max_pool2d", "avg_pool2d", "global_max_pool2d", "global_avg_pool2d", "conv_layer"}
+              "max_pool2d", "avg_pool2d", "global_max_pool2d", "global_avg_pool2d", "conv_layer",
+              "conv_residual"}
 
 
 def test_operators_with_a_layout_are_tested_in_both():
@@ -390,3 +397,23 @@ def test_numpy_integer_parameters_work_like_ints():
     x = ir.placeholder((2, 4, 4, 3), name="x")
     assert ops.pad(x, np.int64(1)).shape == (4, 6, 6, 5)
     assert ops.reshape(x, (np.int64(2), -1)).shape == (2, 48)
+
+
+def test_conv_residual_refuses_a_shortcut_of_another_shape():
+    data, weight = ir.placeholder((1, 6, 6, 3), name="x"), ir.placeholder((3, 3, 3, 4), name="w")
+    bias, shortcut = ir.placeholder((4,), name="b"), ir.placeholder((1, 6, 6, 4), name="s")
+    with pytest.raises(ValueError, match=r"shortcut has shape \(1, 6, 6, 4\), expected .*\(1, 3, 3, 4\)"):
+        ops.conv_residual(data, weight, bias, shortcut, stride=2, padding=1)
+    with pytest.raises(ValueError, match=r"conv_residual: the kernel \(7, 7\) does not fit the input \(4, 4\)"):
+        ops.workload("conv_residual", 1, 4, 4, 3, 4, 7)
+
+
+def test_a_strided_transposed_convolution_is_summed_phase_major():
+    """Output o = q·s + p: the sums have q and p axes of their own (one phase's positions
+    share their taps), copied into the output's shape; the old form had one axis per dimension."""
+    w = ops.workload("conv2d_transpose", 1, 4, 4, 8, 16, 4, stride=2, padding=1)
+    stages = {op.name: op.shape for op in ir.ComputeDAG(w.tensors).compute_ops}
+    assert stages["conv2d_transpose_nhwc_phases"] == (1, 4, 2, 4, 2, 16)
+    assert stages["conv2d_transpose_nhwc"] == (1, 8, 8, 16)
+    odd = ops.workload("conv2d_transpose", 1, 5, 5, 2, 2, 3, stride=2, padding=3)  # 5 outputs: not a multiple
+    assert [op.name for op in ir.ComputeDAG(odd.tensors).compute_ops] == ["conv2d_transpose_nhwc"]

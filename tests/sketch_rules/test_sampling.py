@@ -14,6 +14,8 @@ WORKLOADS = {
     "softmax": lambda: ops.workload("softmax", (6, 40)),
     "softmax-long-rows": lambda: ops.workload("softmax", (3, 500)),
     "tbs": lambda: ops.suite_workload("TBS-1x16x2x8"),
+    "conv2d_transpose-phase-major": lambda: ops.suite_workload("T2D-1x4x4x8x16-k4s2p1"),
+    "conv_residual": lambda: ops.workload("conv_residual", 1, 6, 6, 8, 16, 1),
 }
 
 
