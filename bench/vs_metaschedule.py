@@ -37,6 +37,7 @@ from tune_ops import numpy_baseline, retime, torch_baseline  # noqa: E402
 import ir  # noqa: E402
 import autosched  # noqa: E402
 from autosched import ops  # noqa: E402
+from autosched.records import trials_of  # noqa: E402
 from autosched.tune import RETIME_BEST  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -113,14 +114,26 @@ def has_constant_weights(task: ir.SearchTask) -> bool:
     return any(getattr(t.op, "constant", False) for t in task.dag.inputs)
 
 
+def trials_in_log(log: str, task: ir.SearchTask) -> int:
+    """The trials of ``task`` that ``log`` holds (0 without a log; re-timings do not count)."""
+    if not os.path.exists(log):
+        return 0
+    return sum(r.workload_key == task.workload_key for r in trials_of(autosched.read_records(log)))
+
+
 def tune_ours(name: str, trials: int, args, layout_rewrite: bool) -> tuple[ir.SearchTask, ir.Kernel | None, float]:
-    """Tune with autosched into a log of this workload, variant and trial count (resuming
-    it); returns (task, kernel of the program the log ranks first, tuning wall seconds)."""
+    """Tune with autosched into a log of this workload, variant and trial count, resuming
+    it: only the trials it still lacks are measured (``auto_schedule`` spends ``trials``
+    more), so a run killed midway and started again ends where one run would, and a log
+    already complete is only re-timed; returns (task, kernel of the program the log ranks
+    first, tuning wall seconds)."""
     w = ops.suite_workload(name)
     task = ir.SearchTask(ir.ComputeDAG(w.tensors), desc=name, layout_rewrite=layout_rewrite)
     log = os.path.join(args.log_dir, f"{name}{'' if layout_rewrite else '.norewrite'}.t{trials}.json")
-    autosched.auto_schedule(task, trials=trials, measure_batch=args.batch, seed=args.seed, log_file=log,
-                            layout_rewrite=layout_rewrite, verbose=1, retime_best=args.retime_best)
+    missing = trials - trials_in_log(log, task)
+    if missing > 0:
+        autosched.auto_schedule(task, trials=missing, measure_batch=args.batch, seed=args.seed, log_file=log,
+                                layout_rewrite=layout_rewrite, verbose=1, retime_best=args.retime_best)
     rec = autosched.best_record(log, task.dag)
     if rec is None:
         return task, None, log_seconds(log, task)

@@ -59,3 +59,25 @@ def test_tuning_seconds_span_the_logs_trials_and_retimings(tmp_path):
     assert vs_ms.log_seconds(str(log), task) == pytest.approx(11.0)  # from 10 - 2 s to 19
     other = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("GMM-1x1024x1024x1024").tensors))
     assert vs_ms.log_seconds(str(log), other) == 0.0
+
+
+def test_a_resumed_log_is_tuned_only_for_the_trials_it_lacks(tmp_path, monkeypatch):
+    """auto_schedule spends ``trials`` more measurements on a resumed log: the bench asks
+    only for the missing ones, and for none when the log is complete."""
+    name = "GMM-1x512x512x512"
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload(name).tensors), desc=name)
+    log = tmp_path / f"{name}.t4.json"
+    state = task.dag.init_state()
+    log.write_text("".join(
+        TuningRecord.from_measure(MeasureInput(task, state),
+                                  MeasureResult((1e-3,), all_cost=1.0, timestamp=t, retimed=r)).to_json() + "\n"
+        for t, r in ((10.0, False), (12.0, False), (13.0, True))))
+    assert vs_ms.trials_in_log(str(log), task) == 2 and vs_ms.trials_in_log(str(tmp_path / "none"), task) == 0
+    asked = []
+    monkeypatch.setattr(vs_ms.autosched, "auto_schedule", lambda task, trials, **kw: asked.append(trials))
+    monkeypatch.setattr(vs_ms.ir, "build", lambda *a, **kw: "kernel")
+    args = type("Args", (), {"log_dir": str(tmp_path), "batch": 2, "seed": 0, "retime_best": 0})()
+    assert vs_ms.tune_ours(name, 4, args, True)[1] == "kernel" and asked == [2]
+    (tmp_path / f"{name}.t2.json").write_text(log.read_text())
+    vs_ms.tune_ours(name, 2, args, True)   # a complete log: re-timed only
+    assert asked == [2]
