@@ -13,6 +13,8 @@ benchmark). ``autosched.base_model.training_workloads`` is that list; ``check_di
 enforces it. The logs of the shipped model are ``bench/data/training_records.tar.gz``.
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
+Workloads in ``base_model.COLD_WEIGHT_TRAINING`` are timed as a network's tasks are, with
+their weights evicted before each call.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import common  # noqa: E402
 import ir  # noqa: E402
 import autosched  # noqa: E402
 from autosched import base_model, ops  # noqa: E402
+from autosched.measure import LocalRunner  # noqa: E402
 
 #: the workloads (every family of the suite at shapes it does not hold) live in the package,
 #: beside the model trained on them: ``autosched.base_model.training_workloads``
@@ -77,9 +80,10 @@ def main(argv=None) -> None:
     for name in names:
         t0 = time.perf_counter()
         task = ir.SearchTask(ir.ComputeDAG(workloads[name].tensors), desc=name)
+        runner = LocalRunner(cold_constants=True) if name in base_model.COLD_WEIGHT_TRAINING else None
         result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
                                          log_file=os.path.join(args.log_dir, f"{name}.json"), verbose=1,
-                                         base_model=None, records_db=None)
+                                         base_model=None, records_db=None, runner=runner)
         seconds = time.perf_counter() - t0
         table.add(name, result.trials, result.gflops, seconds)
         rows.append(common.json_row(name, result.gflops, trials=result.trials, tuning_s=seconds))
