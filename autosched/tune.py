@@ -122,8 +122,8 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     without improvement; ``time_budget_s``: start no round that would end after this many
     wall seconds, judged by the rounds so far (whatever ``trials`` allows). ``retime_best``:
     at the end, the fastest programs re-timed in turns (``retime_best_programs``; 0: none)
-    pick the result, not the fastest single trial. ``cost_model``: "xgb", "random" or a CostModel. Deterministic
-    for a ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU
+    pick the result, not the fastest single trial. ``cost_model``: "xgb", "random" or a
+    CostModel. Deterministic for a ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU
     of this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU.
 
     ``base_model`` (the XGBoost cost models' starting point; "default": the shipped one or
