@@ -16,6 +16,7 @@ from .simplify import Simplifier, interval
 from .bounds import all_iter_bounds
 from .index_check import in_range, runtime_checked
 from .layout import plan_all
+from .padding import skip_padding
 
 _LOOP_KIND = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
 #: attached buffers live on the stack (thread-private inside parallel loops); larger is an error
@@ -45,6 +46,8 @@ class Lowering:
     (thread bindings, shared memory and barriers, cross-thread reductions)."""
     #: iterator annotation -> loop kind; GPU bindings are not among them
     loop_kinds = _LOOP_KIND
+    #: padding taps skipped by branches around whole blocks (``ir.padding``)
+    partition_padding = True
 
     def __init__(self, state, layout_rewrite: bool = False):
         self.state = state
@@ -169,6 +172,8 @@ class Lowering:
         init_guards = [g for g in guards if all(id(v) in space_vars for v in E.free_vars(g))]
         init_nest = _plain_loops(inner_space, _guarded(init, init_guards))
         main = self._loops(idx, st.iters[first:], first, update)
+        if self.partition_padding:
+            main = skip_padding(main)
         return self._loops(idx, st.iters[:first], 0, seq([init_nest, main]))
 
     def _loops(self, idx: int, iters, offset: int, body: Stmt) -> Stmt:

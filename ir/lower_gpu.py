@@ -110,6 +110,8 @@ def block_limits_violation(state, hardware) -> str | None:
 class GPULowering(Lowering):
     """The CPU lowering with GPU thread bindings, shared memory and cross-thread reduction."""
     loop_kinds = {**_LOOP_KIND, **{b: b for b in GPU_BINDINGS}}
+    #: a branch around a block of a thread-bound loop would split the threads at a barrier
+    partition_padding = False
 
     def __init__(self, state, hardware=None):
         if hardware is not None:

@@ -29,6 +29,7 @@ import numpy as np
 from .. import dtype as dt
 from .. import expr as E
 from ..loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store, nest_trips
+from ..padding import identity_select
 from ..simplify import Simplifier, structural_key
 from ..vecmath import math_function
 
@@ -531,6 +532,9 @@ class FunctionBuilder:
                           f"{vt} zeroinitializer)", sty, lanes)
 
     def store(self, s: Store) -> None:
+        s = self.without_padding_term(s)
+        if s is None:
+            return
         kind, rest = self.vector_access(s.index)
         if kind == "scalar" and self.lanes > 1 and _depends_on(s.value, self.vec_var):
             return self.horizontal_update(s)
@@ -580,6 +584,21 @@ class FunctionBuilder:
         mask = self.mask if self.mask is not None else self.broadcast(Value("true", "i1"), lanes)
         self.emit(f"call void {sym}({vt} {value.ref}, <{lanes} x ptr> {ptrs.ref}, i32 {align}, "
                   f"{mask.full} {mask.ref})")
+
+    def without_padding_term(self, s: Store) -> Store | None:
+        """A reduction update whose term is the combiner's identity where a select fails
+        (padding, ``ir.padding``), where unrolled loops make that condition constant: None
+        (nothing to do) where it fails, the update without the select where it holds."""
+        found = identity_select(s.value, s)
+        if found is None:
+            return s
+        select, rebuild = found
+        if not any(self.bounds.get(v, (0, 1))[0] == self.bounds.get(v, (0, 1))[1] for v in E.free_vars(select.cond)):
+            return s
+        cond = Simplifier(self.bounds)(select.cond)
+        if not isinstance(cond, E.Const):
+            return s
+        return Store(s.buffer, s.index, rebuild(select.t)) if cond.value else None
 
     def horizontal_update(self, s: Store) -> None:
         """``buf[i] = buf[i] (+|max|min) f(v)`` with ``i`` independent of the vector lane:

@@ -1,0 +1,119 @@
+"""Padding taps skipped (``ir.padding``): the branches it places, the taps the code
+generator drops under unrolled loops, and the results, against numpy."""
+import numpy as np
+
+import ir
+from ir import expr as E
+from ir.codegen import generate
+from ir.loop_ir import For, IfThenElse, Store
+
+RNG = np.random.default_rng(0)
+
+
+def conv2d(h=7, w=7, c=32, k=16):
+    """NHWC 3x3 convolution, pad 1, over a padding stage P."""
+    A = ir.placeholder((1, h, w, c), name="A")
+    W = ir.placeholder((3, 3, c, k), name="W", constant=True)
+    P = ir.compute((1, h + 2, w + 2, c), lambda n, y, x, ci: ir.select(
+        (y >= 1) & (y <= h) & (x >= 1) & (x <= w), A[n, y - 1, x - 1, ci], 0.0), name="P")
+    ry, rx, rc = ir.reduce_axis(3, "ry"), ir.reduce_axis(3, "rx"), ir.reduce_axis(c, "rc")
+    C = ir.compute((1, h, w, k), lambda n, y, x, co: ir.sum(P[n, y + ry, x + rx, rc] * W[ry, rx, rc, co],
+                                                          axis=[ry, rx, rc]), name="C")
+    return ir.ComputeDAG([A, W, C])
+
+
+def conv2d_reference(a, wt):
+    p = np.pad(a, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    h, w = a.shape[1:3]
+    out = np.zeros((1, h, w, wt.shape[3]), np.float64)
+    for dy in range(3):
+        for dx in range(3):
+            out += np.einsum("nyxc,ck->nyxk", p[:, dy:dy + h, dx:dx + w], wt[dy, dx])
+    return out
+
+
+def run(dag, state, *inputs):
+    kernel = ir.build(dag, state)
+    out = np.zeros(dag.outputs[0].shape, np.float32)
+    kernel(*inputs, out)
+    return out
+
+
+def update_path(stmt, path=()):
+    """The (loop names and guards) on the way to the reduction update of C."""
+    if isinstance(stmt, Store):
+        return path + (stmt,) if stmt.buffer.name == "C" and isinstance(stmt.value, E.Binary) else None
+    if isinstance(stmt, For):
+        return update_path(stmt.body, path + (stmt.name,))
+    if isinstance(stmt, IfThenElse):
+        return update_path(stmt.then, path + (stmt,))
+    for child in getattr(stmt, "stmts", ()) or ((stmt.body,) if hasattr(stmt, "body") else ()):
+        found = update_path(child, path)
+        if found:
+            return found
+    return None
+
+
+def test_padding_conditions_become_branches_around_the_blocks_they_decide():
+    dag = conv2d()
+    s = dag.init_state().compute_inline("P").reorder("C", ["n", "y", "x", "ry", "rx", "co", "rc"])
+    path = update_path(ir.lower(s).body)
+    names = [p if isinstance(p, str) else type(p).__name__ for p in path]
+    # the row condition is decided once ry is known, the column one once rx is: each is a
+    # branch around everything inside (16 x 32 multiply-adds and more), not a select
+    assert names == ["n", "y", "x", "ry", "IfThenElse", "rx", "IfThenElse", "co", "rc", "Store"]
+    row, col, store = path[4], path[6], path[-1]
+    assert {v.name for v in E.free_vars(row.cond)} == {"y", "ry"}
+    assert {v.name for v in E.free_vars(col.cond)} == {"x", "rx"}
+    assert not any(isinstance(n, E.Select) for n in E.walk(store.value))
+    a = RNG.standard_normal((1, 7, 7, 32)).astype("float32")
+    wt = RNG.standard_normal((3, 3, 32, 16)).astype("float32")
+    np.testing.assert_allclose(run(dag, s, a, wt), conv2d_reference(a, wt), rtol=1e-4, atol=1e-4)
+
+
+def test_conditions_of_small_blocks_stay_selects_and_results_hold():
+    """In the naive order the reduction's inner blocks are 96 multiply-adds: a branch there
+    would cost more than the select, so the select stays."""
+    dag = conv2d()
+    s = dag.init_state().compute_inline("P")
+    path = update_path(ir.lower(s).body)
+    assert not any(isinstance(p, IfThenElse) for p in path)
+    assert any(isinstance(n, E.Select) for n in E.walk(path[-1].value))
+    a = RNG.standard_normal((1, 7, 7, 32)).astype("float32")
+    wt = RNG.standard_normal((3, 3, 32, 16)).astype("float32")
+    np.testing.assert_allclose(run(dag, s, a, wt), conv2d_reference(a, wt), rtol=1e-4, atol=1e-4)
+
+
+def conv1d(n=8):
+    A = ir.placeholder((n,), name="A")
+    W = ir.placeholder((3,), name="W")
+    P = ir.compute((n + 2,), lambda i: ir.select((i >= 1) & (i <= n), A[i - 1], 0.0), name="P")
+    r = ir.reduce_axis(3, "r")
+    C = ir.compute((n,), lambda i: ir.sum(P[i + r] * W[r], axis=r), name="C")
+    return ir.ComputeDAG([A, W, C])
+
+
+def test_unrolled_padding_taps_are_not_generated():
+    """8 outputs of 3 taps, fully unrolled: the 2 taps on padding are not multiplied."""
+    dag = conv1d()
+    s = dag.init_state().compute_inline("P").unroll("C", "i").unroll("C", "r")
+    text = generate(ir.lower(s), "k")
+    assert text.count(" fmul ") + text.count("@llvm.fma") + text.count("@llvm.fmuladd") == 8 * 3 - 2
+    a, w = RNG.standard_normal(8).astype("float32"), RNG.standard_normal(3).astype("float32")
+    np.testing.assert_allclose(run(dag, s, a, w), np.convolve(np.pad(a, 1), w[::-1], "valid"), rtol=1e-5)
+
+
+def test_max_pooling_over_minus_infinity_padding():
+    """A max reduction's identity is -inf: its padding taps are skipped the same way."""
+    n = 10
+    A = ir.placeholder((n,), name="A")
+    P = ir.compute((n + 2,), lambda i: ir.select((i >= 1) & (i <= n), A[i - 1], -np.inf), name="P")
+    r = ir.reduce_axis(3, "r")
+    C = ir.compute((n,), lambda i: ir.max(P[i + r], axis=r), name="C")
+    dag = ir.ComputeDAG([A, C])
+    s = dag.init_state().compute_inline("P").unroll("C", "r")
+    text = generate(ir.lower(s), "k")
+    a = RNG.standard_normal(n).astype("float32")
+    want = np.max(np.stack([np.pad(a, 1, constant_values=-np.inf)[j:j + n] for j in range(3)]), axis=0)
+    np.testing.assert_array_equal(run(dag, s, a), want)
+    assert "select" in text   # the middle tap still needs its run-time check (i varies)
