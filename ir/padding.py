@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import expr as E
-
 from .loop_ir import For, IfThenElse, Load, Stmt, Store, nest_trips
 
 #: a conjunct becomes a branch only around at least this many iterations (vector lanes
