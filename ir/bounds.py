@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import expr as E
 from .frozen import replace
 from .memo import IdentityMemo
-from .simplify import Affine, Simplifier, interval, structural_key
+from .simplify import Simplifier, interval, split_affine, structural_key
 
 
 #: the storage scope of a cache_read stage named ``NAME.shared``: GPU shared memory, one
@@ -54,23 +54,6 @@ def expand_reads(state, body: E.Expr, tensor) -> list[tuple[E.Expr, ...]]:
 
     visit(body, {})
     return out
-
-
-def _split_affine(form: Affine, inner: set, bounds: dict):
-    """Split an affine form into a symbolic base (outer variables only) and the interval
-    of the rest (inner variables, and non-affine atoms relaxed over all bounds)."""
-    base = Affine({}, form.const)
-    lo = hi = 0
-    for key, (atom, coef) in form.terms.items():
-        vars_ = {id(v) for v in E.free_vars(atom)}
-        if not vars_ & inner:
-            base.terms[key] = [atom, coef]
-            continue
-        a_lo, a_hi = interval(atom, bounds)
-        x, y = a_lo * coef, a_hi * coef
-        lo += min(x, y)
-        hi += max(x, y)
-    return base, lo, hi
 
 
 def scope_stages(state, target: int, pos: int) -> list[int]:
@@ -130,7 +113,7 @@ def _infer_region(state, index: int):
         relax = False
         for indices in reads:
             form = simplify.affine(simplify(indices[d]))
-            base, lo, hi = _split_affine(form, inner, bounds)
+            base, lo, hi = split_affine(form, inner, bounds)
             if lo == -float("inf") or hi == float("inf"):
                 relax = True
                 break

@@ -129,6 +129,23 @@ class Affine:
         return lo, hi
 
 
+def split_affine(form: Affine, inner: set, bounds: dict):
+    """Split an affine form into a symbolic base (outer variables only) and the interval
+    of the rest (inner variables, and non-affine atoms relaxed over all bounds)."""
+    base = Affine({}, form.const)
+    lo = hi = 0
+    for key, (atom, coef) in form.terms.items():
+        vars_ = {id(v) for v in E.free_vars(atom)}
+        if not vars_ & inner:
+            base.terms[key] = [atom, coef]
+            continue
+        a_lo, a_hi = interval(atom, bounds)
+        x, y = a_lo * coef, a_hi * coef
+        lo += min(x, y)
+        hi += max(x, y)
+    return base, lo, hi
+
+
 def linear_expr(terms, const: int, dtype: str) -> E.Expr:
     """``sum(coef * atom) + const`` from ``(atom, coef)`` pairs, written as the simplifier
     writes every affine form (terms in order, the constant last)."""

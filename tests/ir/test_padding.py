@@ -6,6 +6,7 @@ import ir
 from ir import expr as E
 from ir.codegen import generate
 from ir.loop_ir import For, IfThenElse, Store
+from ir.simplify import simplify
 
 RNG = np.random.default_rng(0)
 
@@ -115,3 +116,25 @@ def test_max_pooling_over_minus_infinity_padding():
     a = RNG.standard_normal(n).astype("float32")
     want = np.max(np.stack([np.pad(a, 1, constant_values=-np.inf)[j:j + n] for j in range(3)]), axis=0)
     np.testing.assert_array_equal(run(dag, s, a), want)
+
+
+def test_a_condition_of_inner_loops_is_unswitched_where_it_holds_for_a_whole_block():
+    """Rows are an outer loop, kernel rows the innermost: the row condition is decided
+    only per 1 multiply-add, but for rows 1..5 it holds for every kernel row. There a
+    branch runs the block without the select; rows 0 and 6 keep it."""
+    dag = conv2d(c=16, k=32)
+    s = dag.init_state().compute_inline("P").reorder("C", ["n", "x", "rx", "rc", "y", "co", "ry"])
+    path = update_path(ir.lower(s).body)
+    names = [p if isinstance(p, str) else type(p).__name__ for p in path]
+    assert names == ["n", "x", "rx", "IfThenElse", "rc", "y", "IfThenElse", "co", "ry", "Store"]
+    unswitch, store = path[6], path[-1]
+    assert [v.name for v in E.free_vars(unswitch.cond)] == ["y"]
+    y = E.free_vars(unswitch.cond)[0]
+    holds = [simplify(E.substitute(unswitch.cond, {y: E.Const(i, y.dtype)})).value for i in range(7)]
+    assert holds == [False, True, True, True, True, True, False]
+    assert not any(isinstance(n, E.Select) for n in E.walk(store.value))
+    edge_store = update_path(unswitch.otherwise)[-1]
+    assert any(isinstance(n, E.Select) for n in E.walk(edge_store.value))
+    a = RNG.standard_normal((1, 7, 7, 16)).astype("float32")
+    wt = RNG.standard_normal((3, 3, 16, 32)).astype("float32")
+    np.testing.assert_allclose(run(dag, s, a, wt), conv2d_reference(a, wt), rtol=1e-4, atol=1e-4)
