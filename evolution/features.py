@@ -846,6 +846,7 @@ def _lowering(state, layout_rewrite: bool, simplify: bool, gpu_hardware=None):
     index and value expressions is skipped (3-4x faster): the features normalise affine
     forms themselves, and only op counts of index arithmetic differ."""
     lowering = GPULowering(state, gpu_hardware) if gpu_hardware is not None else Lowering(state, layout_rewrite)
+    lowering.cut_padding_loops = False  # a cut loop's pieces would read as several small statements
     if not simplify:
         lowering.simplify = _identity
     return lowering

@@ -48,6 +48,9 @@ class Lowering:
     loop_kinds = _LOOP_KIND
     #: padding taps skipped by branches around whole blocks (``ir.padding``)
     partition_padding = True
+    #: ... and loops cut into their edge and middle pieces where one loop decides them
+    #: (``evolution.features`` turns it off)
+    cut_padding_loops = True
 
     def __init__(self, state, layout_rewrite: bool = False):
         self.state = state
@@ -173,7 +176,7 @@ class Lowering:
         init_nest = _plain_loops(inner_space, _guarded(init, init_guards))
         main = self._loops(idx, st.iters[first:], first, update)
         if self.partition_padding:
-            main = skip_padding(main)
+            main = skip_padding(main, self.cut_padding_loops)
         return self._loops(idx, st.iters[:first], 0, seq([init_nest, main]))
 
     def _loops(self, idx: int, iters, offset: int, body: Stmt) -> Stmt:

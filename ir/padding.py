@@ -10,12 +10,13 @@ stays in the select (a conjunct decided only in small inner blocks) the code gen
 decides where unrolled loops make it constant (``ir.codegen.cpu``).
 
 A conjunct decided only in a small inner block can still hold for a whole block further
-out: in a tile of 7 output rows of a 7x7 image, ``row + kernel_row >= 1`` holds for every
-kernel row in rows 1 to 6. Such a conjunct is unswitched at the outermost loop it names:
-there a branch tests whether it holds for every iteration inside (the affine bound of
-its inner loops) and runs the block without it, else the block with the select; the
-edge tiles keep the select, the others lose it (TVM's loop partition cuts the loop into
-the same pieces).
+out: in a tile of 7 output rows of a 7x7 image, ``1 <= row + kernel_row <= 7`` holds for every
+kernel row in rows 1 to 5. Such a conjunct is unswitched at the outermost loop it names:
+where it holds for every iteration inside (the affine bound of its inner loops) the
+block runs without it, elsewhere with the select. When that loop alone decides it (the
+tile is the whole image), the loop is cut into its edge rows and the middle, as TVM's
+loop partition does, so that in an edge piece of one row the code generator knows the
+row; when an outer tile also decides it, a branch inside the loop chooses.
 
 A NaN or infinite weight at a padding tap no longer reaches the output: the one difference
 from adding the zeros, as in every convolution library.
@@ -25,8 +26,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import expr as E
-from .loop_ir import For, IfThenElse, Load, Stmt, Store, nest_trips
-from .simplify import Simplifier, split_affine
+from .loop_ir import For, IfThenElse, Load, Seq, Stmt, Store, nest_trips
+from .simplify import Simplifier, simplify, split_affine
 
 #: a conjunct becomes a branch only around at least this many iterations (vector lanes
 #: counted): a branch per multiply-add costs more than the select it replaces
@@ -65,11 +66,12 @@ def conjuncts(cond: E.Expr) -> list[E.Expr]:
     return [cond]
 
 
-def skip_padding(nest: Stmt) -> Stmt:
+def skip_padding(nest: Stmt, cut_loops: bool = True) -> Stmt:
     """``nest`` (a chain of loops around one reduction update, possibly under a guard) with
     every conjunct of its identity select that is decided around at least
     ``MIN_SKIPPED_TRIPS`` iterations turned into a branch at that loop (around the whole
-    nest where only loops outside it decide it)."""
+    nest where only loops outside it decide it), and the others unswitched where they
+    hold for whole blocks (with ``cut_loops``, by cutting the loop where it alone decides)."""
     chain: list[For] = []
     node = nest
     while isinstance(node, For):
@@ -117,9 +119,66 @@ def skip_padding(nest: Stmt) -> Stmt:
     if not unswitched:
         return wrap(update(kept), innermost, -2)
     everywhere = E.all_of(cond for cond, _ in unswitched)
-    edges = update(kept + [c for _, c in unswitched])
-    body = IfThenElse(everywhere, wrap(update(kept), innermost, at), wrap(edges, innermost, at))
-    return wrap(body, at, -2)
+    fast = wrap(update(kept), innermost, at)
+    edges = wrap(update(kept + [c for _, c in unswitched]), innermost, at)
+    pieces = _partition(chain[at], everywhere) if cut_loops else None
+    if pieces is None:
+        return wrap(IfThenElse(everywhere, fast, edges), at, -2)
+    loops = []
+    var = chain[at].var  # each piece binds it anew (features know a loop by its variable)
+    for start, stop, holds in pieces:
+        shifted = {var: E.Binary("+", var, E.Const(start, var.dtype))} if start else {}
+        body = _substitute(fast if holds else edges, shifted)
+        if at in hoisted:
+            body = IfThenElse(_substitute_expr(E.all_of(hoisted[at]), shifted), body)
+        loops.append(replace(chain[at], extent=stop - start, body=body))
+    return wrap(Seq(tuple(loops)), at - 1, -2)
+
+
+#: a loop is cut into pieces (TVM's loop partition) when its condition names no other loop
+#: and it has at most this many iterations to try the condition on
+MAX_PARTITIONED_EXTENT = 256
+
+
+def _partition(loop: For, cond: E.Expr) -> list[tuple[int, int, bool]] | None:
+    """Where ``cond`` is a function of ``loop``'s variable alone and holds on one range of
+    it: the pieces (start, stop, holds) that cut the loop there, so that in a piece of one
+    iteration the code generator knows the variable (and drops the taps unrolled loops
+    prove outside the image); else None (the branch stays inside the loop)."""
+    if (loop.kind not in ("serial", "unroll") or loop.extent > MAX_PARTITIONED_EXTENT
+            or any(v is not loop.var for v in E.free_vars(cond))):
+        return None
+    holds = []
+    for i in range(loop.extent):
+        value = simplify(E.substitute(cond, {loop.var: E.Const(i, loop.var.dtype)}))
+        if not isinstance(value, E.Const):
+            return None
+        holds.append(bool(value.value))
+    if True not in holds:
+        return None
+    start = holds.index(True)
+    stop = start + holds[start:].index(False) if False in holds[start:] else loop.extent
+    if any(holds[stop:]):
+        return None
+    pieces = [(0, start, False), (start, stop, True), (stop, loop.extent, False)]
+    return [p for p in pieces if p[1] > p[0]]
+
+
+def _substitute_expr(e: E.Expr, mapping: dict) -> E.Expr:
+    return simplify(E.substitute(e, mapping))
+
+
+def _substitute(s: Stmt, mapping: dict) -> Stmt:
+    """A chain of loops, branches and one store (what ``skip_padding`` builds) with
+    variables replaced."""
+    if isinstance(s, For):
+        return replace(s, body=_substitute(s.body, mapping))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(_substitute_expr(s.cond, mapping), _substitute(s.then, mapping),
+                          None if s.otherwise is None else _substitute(s.otherwise, mapping))
+    if isinstance(s, Store):
+        return Store(s.buffer, E.substitute(s.index, mapping), E.substitute(s.value, mapping))
+    raise TypeError(f"unexpected statement in a reduction nest: {type(s).__name__}")
 
 
 def _unswitchable(kept: list, chain: list, level: dict) -> tuple[int, list, list]:

@@ -6,6 +6,7 @@ import ir
 from ir import expr as E
 from ir.codegen import generate
 from ir.loop_ir import For, IfThenElse, Store
+from ir.lower import Lowering
 from ir.simplify import simplify
 
 RNG = np.random.default_rng(0)
@@ -40,16 +41,16 @@ def run(dag, state, *inputs):
     return out
 
 
-def update_path(stmt, path=()):
-    """The (loop names and guards) on the way to the reduction update of C."""
+def update_path(stmt, path=(), buffer="C"):
+    """The (loop names and guards) on the way to the reduction update of ``buffer``."""
     if isinstance(stmt, Store):
-        return path + (stmt,) if stmt.buffer.name == "C" and isinstance(stmt.value, E.Binary) else None
+        return path + (stmt,) if stmt.buffer.name == buffer and isinstance(stmt.value, E.Binary) else None
     if isinstance(stmt, For):
-        return update_path(stmt.body, path + (stmt.name,))
+        return update_path(stmt.body, path + (stmt.name,), buffer)
     if isinstance(stmt, IfThenElse):
-        return update_path(stmt.then, path + (stmt,))
+        return update_path(stmt.then, path + (stmt,), buffer)
     for child in getattr(stmt, "stmts", ()) or ((stmt.body,) if hasattr(stmt, "body") else ()):
-        found = update_path(child, path)
+        found = update_path(child, path, buffer)
         if found:
             return found
     return None
@@ -118,23 +119,57 @@ def test_max_pooling_over_minus_infinity_padding():
     np.testing.assert_array_equal(run(dag, s, a), want)
 
 
-def test_a_condition_of_inner_loops_is_unswitched_where_it_holds_for_a_whole_block():
+def test_a_loop_whose_rows_all_see_the_image_is_cut_from_its_edge_rows():
     """Rows are an outer loop, kernel rows the innermost: the row condition is decided
-    only per 1 multiply-add, but for rows 1..5 it holds for every kernel row. There a
-    branch runs the block without the select; rows 0 and 6 keep it."""
+    only per multiply-add, but for rows 1..5 it holds for every kernel row. The row loop
+    is cut into rows 0, 1..5 and 6: the middle piece has no select, the edge pieces
+    (one row each, a known row) keep it."""
     dag = conv2d(c=16, k=32)
     s = dag.init_state().compute_inline("P").reorder("C", ["n", "x", "rx", "rc", "y", "co", "ry"])
     path = update_path(ir.lower(s).body)
     names = [p if isinstance(p, str) else type(p).__name__ for p in path]
-    assert names == ["n", "x", "rx", "IfThenElse", "rc", "y", "IfThenElse", "co", "ry", "Store"]
-    unswitch, store = path[6], path[-1]
-    assert [v.name for v in E.free_vars(unswitch.cond)] == ["y"]
-    y = E.free_vars(unswitch.cond)[0]
-    holds = [simplify(E.substitute(unswitch.cond, {y: E.Const(i, y.dtype)})).value for i in range(7)]
-    assert holds == [False, True, True, True, True, True, False]
-    assert not any(isinstance(n, E.Select) for n in E.walk(store.value))
-    edge_store = update_path(unswitch.otherwise)[-1]
-    assert any(isinstance(n, E.Select) for n in E.walk(edge_store.value))
+    assert names[:5] == ["n", "x", "rx", "IfThenElse", "rc"]
+    rc_loop = path[3].then
+    pieces = rc_loop.body.stmts
+    assert [(p.name, p.extent) for p in pieces] == [("y", 1), ("y", 5), ("y", 1)]
+    selects = [any(isinstance(n, E.Select) for n in E.walk(update_path(p)[-1].value)) for p in pieces]
+    assert selects == [True, False, True]
     a = RNG.standard_normal((1, 7, 7, 16)).astype("float32")
     wt = RNG.standard_normal((3, 3, 16, 32)).astype("float32")
     np.testing.assert_allclose(run(dag, s, a, wt), conv2d_reference(a, wt), rtol=1e-4, atol=1e-4)
+
+
+def test_a_condition_of_inner_loops_and_an_outer_tile_is_unswitched_per_row():
+    """The same rows inside a tile of 4 (y.0 outside the reduction nest): which rows see
+    the whole kernel depends on the tile, so a branch per row runs the block without the
+    select where they do."""
+    dag = conv2d(h=8, c=16, k=32)
+    s = dag.init_state().compute_inline("P").cache_write("C", "local").split("C", "y", [4])
+    s = s.compute_at("C.local", "C", "y.0").reorder("C.local", ["n", "x", "rx", "rc", "y", "co", "ry"])
+    path = update_path(ir.lower(s).body, buffer="C.local")
+    names = [p if isinstance(p, str) else type(p).__name__ for p in path]
+    assert names[-6:] == ["rc", "y", "IfThenElse", "co", "ry", "Store"]
+    unswitch = path[-4]
+    assert {v.name for v in E.free_vars(unswitch.cond)} == {"y.0", "y"}
+    tile, row = sorted(E.free_vars(unswitch.cond), key=lambda v: v.name != "y.0")
+    holds = [[simplify(E.substitute(unswitch.cond, {tile: E.Const(t, tile.dtype), row: E.Const(r, row.dtype)})).value
+              for r in range(4)] for t in range(2)]
+    assert holds == [[False, True, True, True], [True, True, True, False]]
+    assert not any(isinstance(n, E.Select) for n in E.walk(path[-1].value))
+    assert any(isinstance(n, E.Select) for n in E.walk(update_path(unswitch.otherwise, buffer="C.local")[-1].value))
+    a = RNG.standard_normal((1, 8, 7, 16)).astype("float32")
+    wt = RNG.standard_normal((3, 3, 16, 32)).astype("float32")
+    np.testing.assert_allclose(run(dag, s, a, wt), conv2d_reference(a, wt), rtol=1e-4, atol=1e-4)
+
+
+def test_the_cost_model_reads_a_cut_loop_as_one_branch():
+    """Features describe the schedule: the pieces of a cut loop would read as three small
+    statements, so the features' lowering keeps the branch (init, then, else: 3 rows)."""
+    from evolution.features import program_features
+    dag = conv2d(c=16, k=32)
+    s = dag.init_state().compute_inline("P").reorder("C", ["n", "x", "rx", "rc", "y", "co", "ry"])
+    uncut = Lowering(s)
+    uncut.cut_padding_loops = False
+    path = update_path(uncut.run("k").body)
+    assert [p if isinstance(p, str) else type(p).__name__ for p in path][4:8] == ["rc", "y", "IfThenElse", "co"]
+    assert program_features(ir.SearchTask(dag), s).shape[0] == 3
