@@ -92,7 +92,8 @@ def skip_padding(nest: Stmt, cut_loops: bool = True) -> Stmt:
         # variables of loops outside the nest are fixed in all of it (level -1: around it)
         at = max((level.get(id(v), -1) for v in E.free_vars(c)), default=-1)
         inside = chain[at].body if at >= 0 else nest
-        if (at >= 0 and chain[at].kind == "vectorize") or nest_trips(inside) < MIN_SKIPPED_TRIPS:
+        if ((at >= 0 and chain[at].kind == "vectorize") or nest_trips(inside) < MIN_SKIPPED_TRIPS
+                or _reads_memory(c)):
             kept.append(c)
             continue
         hoisted.setdefault(at, []).append(c)
@@ -181,6 +182,12 @@ def _substitute(s: Stmt, mapping: dict) -> Stmt:
     raise TypeError(f"unexpected statement in a reduction nest: {type(s).__name__}")
 
 
+def _reads_memory(cond: E.Expr) -> bool:
+    """A condition that reads memory stays in the select, where the guards around the
+    update hold (outside them its index may be outside the tensor)."""
+    return any(isinstance(n, Load) for n in E.walk(cond))
+
+
 def _unswitchable(kept: list, chain: list, level: dict) -> tuple[int, list, list]:
     """The level of the unswitch branch, the conjuncts among ``kept`` worth unswitching
     there, each as (its condition for every iteration inside that loop, the conjunct),
@@ -190,7 +197,8 @@ def _unswitchable(kept: list, chain: list, level: dict) -> tuple[int, list, list
     outermost = {}
     for c in kept:
         levels = [level[id(v)] for v in E.free_vars(c) if id(v) in level]
-        if isinstance(c, E.Compare) and c.op in (">=", ">", "<", "<=") and len(levels) > 1:
+        if (isinstance(c, E.Compare) and c.op in (">=", ">", "<", "<=") and len(levels) > 1
+                and not _reads_memory(c)):
             outermost[id(c)] = min(levels)
     if not outermost:
         return -1, [], kept

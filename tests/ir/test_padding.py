@@ -173,3 +173,20 @@ def test_the_cost_model_reads_a_cut_loop_as_one_branch():
     path = update_path(uncut.run("k").body)
     assert [p if isinstance(p, str) else type(p).__name__ for p in path][4:8] == ["rc", "y", "IfThenElse", "co"]
     assert program_features(ir.SearchTask(dag), s).shape[0] == 3
+
+
+def test_a_condition_that_reads_memory_stays_in_the_select():
+    """``select(A[i] > 0, B[i, r], 0)`` summed over 512 r: the condition is decided per
+    row, but it reads A, and a branch outside the update's guards could read A where no
+    row is; it stays in the select, and the sum is numpy's."""
+    A = ir.placeholder((6,), name="A")
+    B = ir.placeholder((6, 512), name="B")
+    r = ir.reduce_axis(512, "r")
+    C = ir.compute((6,), lambda i: ir.sum(ir.select(A[i] > 0.0, B[i, r], 0.0), axis=r), name="C")
+    dag = ir.ComputeDAG([A, B, C])
+    s = dag.init_state()
+    path = update_path(ir.lower(s).body)
+    assert not any(isinstance(p, IfThenElse) for p in path)
+    assert any(isinstance(n, E.Select) for n in E.walk(path[-1].value))
+    a, b = RNG.standard_normal(6).astype("float32"), RNG.standard_normal((6, 512)).astype("float32")
+    np.testing.assert_allclose(run(dag, s, a, b), np.where(a[:, None] > 0, b, 0).sum(axis=1), rtol=1e-4, atol=1e-4)
