@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from . import expr as E
 from .loop_ir import For, IfThenElse, Load, Seq, Stmt, Store, nest_trips
-from .simplify import Simplifier, simplify, split_affine
+from .simplify import Simplifier, simplify, split_affine, structural_key
 
 #: a conjunct becomes a branch only around at least this many iterations (vector lanes
 #: counted): a branch per multiply-add costs more than the select it replaces
@@ -42,8 +42,9 @@ def identity_select(value: E.Expr, store: Store) -> tuple | None:
     branch is the combiner's identity (``t`` itself, or one factor of a summed product),
     and a function that rebuilds the update with something in its place; else None."""
     if not (isinstance(value, E.Binary) and value.op in ("+", "max", "min") and isinstance(value.a, Load)
-            and value.a.buffer is store.buffer):
-        return None
+            and value.a.buffer is store.buffer
+            and (value.a.index is store.index or structural_key(value.a.index) == structural_key(store.index))):
+        return None  # not an accumulation into the element it stores (skipping it would lose a value)
     acc, term = value.a, value.b
     identity = {"+": 0, "max": E.min_value(value.dtype), "min": E.max_value(value.dtype)}[value.op]
 

@@ -5,7 +5,8 @@ import numpy as np
 import ir
 from ir import expr as E
 from ir.codegen import generate
-from ir.loop_ir import For, IfThenElse, Store
+from ir.loop_ir import Buffer, For, IfThenElse, Load, Store
+from ir.padding import identity_select
 from ir.lower import Lowering
 from ir.simplify import simplify
 
@@ -190,3 +191,15 @@ def test_a_condition_that_reads_memory_stays_in_the_select():
     assert any(isinstance(n, E.Select) for n in E.walk(path[-1].value))
     a, b = RNG.standard_normal(6).astype("float32"), RNG.standard_normal((6, 512)).astype("float32")
     np.testing.assert_allclose(run(dag, s, a, b), np.where(a[:, None] > 0, b, 0).sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def test_only_an_accumulation_into_the_stored_element_is_an_update_to_skip():
+    """``acc[i] = acc[i] + select(c, x, 0)`` may skip its term where c fails; a store
+    ``b[i] = b[i - 1] + select(...)`` may not (it would leave b[i] unwritten)."""
+    i = E.Var("i")
+    buf, x = Buffer("b", "float32", (8,), "local"), Buffer("x", "float32", (8,), "arg")
+    term = E.Select(E.Compare(">=", i, E.Const(1, i.dtype)), Load(x, i), E.Const(0.0, "float32"))
+    same = Store(buf, i, E.Binary("+", Load(buf, i), term))
+    shifted = Store(buf, i, E.Binary("+", Load(buf, E.Binary("-", i, E.Const(1, i.dtype))), term))
+    assert identity_select(same.value, same)[0] is term
+    assert identity_select(shifted.value, shifted) is None
