@@ -119,6 +119,14 @@ def test_readme_is_a_guide_not_a_notebook():
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines, at most {README_MAX_LINES}: move details to docs/"
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_guides_hold_no_dated_runs(path):
+    """A dated measurement belongs in BENCHMARKS.md (with its command, commit and machine);
+    the guides say how things work, and link there for figures."""
+    dated = re.findall(r".*(?:\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d UTC\b).*", path.read_text())
+    assert dated == [], f"{path.name} has dated runs; move them to BENCHMARKS.md"
+
+
 def _slug(heading: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     text = re.sub(r"[`*_]", "", heading.strip().lower())
