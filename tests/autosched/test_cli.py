@@ -1,5 +1,5 @@
 """The command line: user errors are one line and exit code 2, Ctrl-C says what was saved
-and how to resume (exit code 130), every command of the README parses, a network tunes."""
+and how to resume (exit code 130), every command of the README and docs/ parses, a network tunes."""
 import os
 import pathlib
 import re
@@ -157,11 +157,14 @@ def test_ctrl_c_in_a_real_run_exits_130_without_a_traceback(tmp_path):
 
 # the README and the network command ------------------------------------------------------------
 
-def test_every_command_line_of_the_readme_parses(monkeypatch, tmp_path):
+def test_every_command_line_of_the_docs_parses(monkeypatch, tmp_path):
+    """The command lines of README.md and docs/*.md."""
     parser = cli.make_parser()
-    commands = [line.split("#")[0].split() for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S)
+    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    commands = [line.split("#")[0].split() for page in pages
+                for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S)
                 for line in block.splitlines() if line.startswith("autosched ")]
-    assert len(commands) >= 5
+    assert len(commands) >= 15
     monkeypatch.chdir(tmp_path)  # the model files the examples name exist here
     for word in {w for words in commands for w in words if w.endswith(".onnx")}:
         (tmp_path / word).write_bytes(b"")
