@@ -22,7 +22,7 @@ from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partitio
 from .measure import LocalBuilder, LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .records import RecordToFile
-from .tune import RETIME_BEST, prior_and_model, search_workers, tune_tasks
+from .tune import RETIME_BEST, prior_and_model, require_devices, search_workers, tune_tasks
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -53,6 +53,8 @@ class NetworkTuneResult:
     scheduler: TaskScheduler
     trials: int
     curve: list = field(default_factory=list)
+    #: the ``ir.Target`` the tasks were tuned for
+    target: object = None
 
     def estimated_latencies(self) -> dict:
         """Seconds per network: Σ_i w_ij · best latency of task i (the tuned tasks only)."""
@@ -63,6 +65,7 @@ class NetworkTuneResult:
         """A ``GraphExecutor`` of network ``network`` (an index or a name) with the tuned programs."""
         if isinstance(network, str):
             network = [p.name for p in self.networks].index(network)
+        kwargs.setdefault("target", self.target)
         return GraphExecutor(self.networks[network], states=self.best_states, **kwargs)
 
     def table(self) -> str:
@@ -112,12 +115,15 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                   cost_model="xgb", search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
                   runner: LocalRunner | None = None, layout_rewrite: bool = True, batch: int = 1,
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, winograd: bool = True,
-                  callbacks=None, hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
+                  callbacks=None, target=None, hardware: ir.HardwareParams | None = None, verbose: int = 1,
+                  base_model="default",
                   records_db="default", time_budget_s: float | None = None,
                   retime_best: int = RETIME_BEST) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
     ``PartitionedGraph``, or a list of them) with ``trials`` measurements in all (default
-    1000 × the number of tasks, as the paper), ``measure_batch`` per round.
+    1000 × the number of tasks, as the paper), ``measure_batch`` per round, for ``target``
+    (an ``ir.Target`` or its spelling, default this CPU; ``hardware`` overrides its
+    parameters).
 
     ``objective``: "latency" (f1: the summed latency of the networks, default),
     "requirement" (f2, with ``latency_requirements``: seconds per network), "speedup" (f3,
@@ -155,9 +161,11 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     for j, p in enumerate(parts):
         for w in p.tasks:
             weights[j, index[w.workload_key]] += w.weight
-    tasks = [w.search_task(layout_rewrite, hardware) for w in workloads]
+    target = ir.Target.parse(target, hardware)
+    tasks = [w.search_task(layout_rewrite, target) for w in workloads]
+    require_devices(tasks, runner, trials)
     if runner is None:
-        runner = LocalRunner(cold_constants=weights_exceed_cache(parts))
+        runner = LocalRunner(cold_constants=target.backend.host_memory and weights_exceed_cache(parts))
     if trials is None:
         trials = 1000 * len(tasks)
     db, prior, model = prior_and_model(tasks, cost_model, seed, base_model, records_db)
@@ -184,7 +192,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     best_costs = [float(measurer.best_cost(t)) for t in tasks]
     best_states = {k: v for k, v in best_states.items() if v is not None}
     return NetworkTuneResult(parts, tasks, weights, best_costs, best_states, scheduler, scheduler.total_trials,
-                             list(scheduler.curve))
+                             list(scheduler.curve), target)
 
 
 __all__ = ["tune_networks", "NetworkTuneResult", "as_partitioned", "weights_exceed_cache"]

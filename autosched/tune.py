@@ -123,8 +123,9 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     wall seconds, judged by the rounds so far (whatever ``trials`` allows). ``retime_best``:
     at the end, the fastest programs re-timed in turns (``retime_best_programs``; 0: none)
     pick the result, not the fastest single trial. ``cost_model``: "xgb", "random" or a
-    CostModel. Deterministic for a ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU
-    of this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU.
+    CostModel. Deterministic for a ``seed`` given the same measurements. ``target``: an ``ir.Target`` or
+    its spelling, default this CPU; "cuda" tunes for the NVIDIA GPU of this machine
+    (``ir.NoCudaDevice`` without one, unless a ``runner`` measures elsewhere).
 
     ``base_model`` (the XGBoost cost models' starting point; "default": the shipped one or
     ``$AUTOSCHED_BASE_MODEL``, a path, or None) and ``records_db`` (the local records
@@ -137,9 +138,7 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
         raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
     log = RecordToFile(log_file) if log_file else None
     task = as_task(dag_or_task, layout_rewrite=layout_rewrite, target=target)
-    if task.target_kind == "gpu" and runner is None and trials > 0:
-        from ir.cuda_runtime import require_device_present
-        require_device_present()
+    require_devices([task], runner, trials)
     db, prior, model = prior_and_model([task], cost_model, seed, base_model, records_db)
     search_params = search_params or SearchParams()
     search_pool = search_workers(search_params, task.hardware.num_cores)
@@ -158,19 +157,31 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     seconds = scheduler.seconds[0]
     state, cost = measurer.best_state(task), measurer.best_cost(task)
     kernel = ir.build(task.dag, state, layout_rewrite=task.layout_rewrite,
-                      target=task.target if task.target_kind == "gpu" else None) if state is not None else None
+                      target=task.target) if state is not None else None
     return TuneResult(task, state, kernel, cost, _gflops(flops, cost) if state is not None else 0.0,
                       scheduler.total_trials, history, seconds["search"], seconds["measure"], seconds["build"],
                       seconds["run"], {e.label: n for e, n in measurer.error_counts.items()},
                       dict(policy.evolution.rejected.counts))
 
 
+def require_devices(tasks, runner, trials: int) -> None:
+    """Raise (the back end's error) unless this machine has the device of every task's
+    target, when programs are to be measured here (no ``runner`` of another machine)."""
+    if runner is None and trials > 0:
+        for target in dict.fromkeys(t.target for t in tasks):
+            target.backend.require_device(target)
+
+
 def prior_and_model(tasks, cost_model, seed: int, base_model, records_db):
     """(the records database or None, its records of ``tasks``, the cost model): what a
     tuning starts from (see ``auto_schedule``'s ``base_model`` and ``records_db``)."""
     xgb = isinstance(cost_model, str) and cost_model.startswith("xgb")
-    # the base model knows CPU programs' features only
-    base = load_base_model(base_model) if xgb and all(t.target_kind == "cpu" for t in tasks) else None
+    # the base model knows the programs of the back end it was trained on (the CPU's)
+    without = [str(t.target) for t in tasks if not t.target.backend.base_model]
+    if without and base_model not in (None, "default"):
+        raise ValueError(f"base_model={base_model!r} does not apply to target {without[0]!r}: the base model knows "
+                         "CPU programs only")
+    base = load_base_model(base_model) if xgb and not without else None
     db = open_records_db(records_db)
     prior, start = prior_knowledge(db, tasks, base, seed) if db is not None and xgb else ([], base)
     valid = sum(r.ok for r in trials_of(prior))  # (what resume trains the model on)

@@ -161,7 +161,7 @@ class _Closure(ctypes.Structure):
 
 
 def jit(module: llvm.ModuleRef) -> llvm.ExecutionEngine:
-    """MCJIT-compile an optimised module for the host, as ``ir.runtime.CompiledModule``
+    """MCJIT-compile an optimised module for the host, as ``ir.cpu.runtime.CompiledModule``
     does (the engine owns a target machine of its own). Keep the engine alive."""
     cpu, features = _host()
     tm = llvm.Target.from_default_triple().create_target_machine(
@@ -175,7 +175,7 @@ def jit(module: llvm.ModuleRef) -> llvm.ExecutionEngine:
 def _fma_peak_kernel():
     """The JIT engine of the microkernel, its entry point and the FLOPs one thread does
     per loop iteration."""
-    from ir.runtime import optimize  # O3 for the host CPU; also loads libgomp
+    from ir.cpu.runtime import optimize  # O3 for the host CPU; also loads libgomp
 
     _, features = _host()
     lanes, accumulators = (16, 16) if features.get("avx512f") else (8, 12)

@@ -15,7 +15,6 @@ import heapq
 import numpy as np
 
 import ir
-from ir.lower_gpu import block_limits_violation
 
 from .crossover import Crossover
 from .genes import sketch_length
@@ -137,7 +136,7 @@ class Evolution:
         """One mutation of ``state`` (sampled from ``sketch``, its ``sketch_length``): the
         GPU's rules (``gpu_mutation``, whose default weights replace the CPU's) on a GPU task."""
         p = self.params
-        if self.task.target_kind == "gpu":
+        if self.task.hardware.is_gpu:
             weights = None if p.mutation_weights == CPU_MUTATION_WEIGHTS else p.mutation_weights
             return self._guarded("mutation gpu", mutate_gpu, state, self.rng, self.task.hardware, weights,
                                  p.random_walk_q, max_innermost)
@@ -149,7 +148,7 @@ class Evolution:
     def runs_on_target(self, state: ir.State) -> bool:
         """False for a program the task's device cannot run (a GPU block's limits: a
         crossover of two valid parents can break them)."""
-        return self.task.target_kind != "gpu" or block_limits_violation(state, self.task.hardware) is None
+        return self.task.target.backend.limits_violation(state, self.task.hardware) is None
 
     def _guarded(self, what: str, make, *args):
         """``make(*args)`` (a State with its key computed, or None), or None (counted in

@@ -41,7 +41,7 @@ elements over loops ``l..n-1``):
   otherwise *no reuse*.
 - loop kinds are those the code generator emits: a serial loop under an
   ``auto_unroll_max_step`` pragma whose nest has at most that many iterations counts as
-  unrolled. GPU programs (a task whose target is cuda) lower with ``ir.lower_gpu``'s
+  unrolled. GPU programs (a task whose target is cuda) lower with ``ir.cuda.lower``'s
   lowering: ``is_gpu`` is 1, ``blockIdx_x_len`` and ``vthread_len`` the products of the
   loops around the statement bound to blocks and virtual threads, ``threadIdx_x_len`` the
   largest loop around it bound to threads (a shared-memory copy's threads are its
@@ -67,7 +67,7 @@ from ir import dtype as dt
 from ir import expr as E
 from ir.loop_ir import Allocate, For, IfThenElse, Load, Pragma, Seq, Store, nest_trips
 from ir.lower import Lowering
-from ir.lower_gpu import GPULowering
+from ir.cuda.lower import GPULowering
 
 # ------------------------------------------------------------------------------------------
 # The layout: one (name, description) per column, in order.
@@ -894,7 +894,7 @@ class FeatureExtractor:
         hw = getattr(task, "hardware", None)
         line_bytes = getattr(hw, "cache_line_bytes", 64)
         layout = bool(getattr(task, "layout_rewrite", False))
-        gpu = getattr(task, "target_kind", "cpu") == "gpu"
+        gpu = bool(getattr(hw, "is_gpu", False))
         stages = state.stages
         subtree: dict = {}
         roots = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 import ir
-from ir.lower_gpu import block_limits_violation
+from ir.cuda.lower import block_limits_violation
 from sketch_rules.annotation import AUTO_UNROLL_CHOICES_GPU
 
 from .mutation import mutate_auto_unroll, mutate_tile_size, mutate_tile_size_random_walk

@@ -11,7 +11,7 @@ import autosched
 import ir
 import sketch_rules as SR
 from autosched import LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, ProgramMeasurer, ops
-from ir.cuda_runtime import device_attributes
+from ir.cuda.runtime import device_attributes
 
 HAS_GPU = device_attributes() is not None
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA device: needs an NVIDIA GPU, its driver and cuda-python")

@@ -8,7 +8,7 @@ import sketch_rules as SR
 from autosched import ops
 from evolution import Crossover, RandomModel, SearchParams, SketchPolicy, feature_dict, program_features
 from evolution.gpu_mutation import mutate_gpu
-from ir.lower_gpu import block_limits_violation
+from ir.cuda.lower import block_limits_violation
 from sketch_rules.annotation import AUTO_UNROLL_CHOICES_GPU
 
 
