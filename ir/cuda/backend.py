@@ -63,10 +63,10 @@ class CudaBackend(Backend):
             raise ValueError(f"emit must be one of {self.emits}, got {emit!r}")
         program = lower_gpu(state, name, target.hardware, str(target))
         text = codegen.generate(program)
-        if emit == "llvm":
+        if emit not in ("kernel", "ptx"):  # the NVPTX LLVM IR
             return text
         ptx = codegen.compile_ptx(text, target.device)
-        if emit == "ptx":
+        if emit != "kernel":
             return ptx
         return CudaKernel(dag, state, LaunchPlan.of(program), ptx, text, program)
 
