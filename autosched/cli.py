@@ -25,6 +25,7 @@ from . import graph, networks, ops
 from .graph import onnx_baselines as B
 from .base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .graph.zoo import ALIASES, NETWORKS
+from .options import TuneOptions
 from .records import is_tuning_log, read_records
 from .records_db import ENV_VAR as RECORDS_DB_ENV
 
@@ -204,10 +205,6 @@ def _add_history(parser) -> None:
                        help="neither read nor write the records database")
 
 
-def _history(args) -> dict:
-    return {"base_model": args.base_model, "records_db": args.records_db}
-
-
 # list, build, sketches ---------------------------------------------------------------------
 
 def add_list(sub) -> None:
@@ -286,9 +283,13 @@ def _seconds(minutes: float | None) -> float | None:
     return None if minutes is None else 60.0 * minutes
 
 
-def _retime(args) -> dict:
-    """``retime_best`` for the tuning functions where ``--retime-best`` was given."""
-    return {} if args.retime_best is None else {"retime_best": args.retime_best}
+def tune_options(args, measurement: dict) -> TuneOptions:
+    """The options of every tuning ``tune`` runs (a workload's, a network's, a model's),
+    built once from the command line and ``measurement``'s builder and runner."""
+    retime = {} if args.retime_best is None else {"retime_best": args.retime_best}
+    return TuneOptions(trials=args.trials, measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
+                       early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
+                       base_model=args.base_model, records_db=args.records_db, **retime, **measurement)
 
 
 def add_tune(sub) -> None:
@@ -362,7 +363,8 @@ def measurement(address: str | None):
 def cmd_tune(args) -> int:
     """``autosched tune``: a workload, a network or an ONNX model, measured here or on a
     Dask cluster (``--dask``)."""
-    with measurement(args.dask) as args.measurement:
+    with measurement(args.dask) as measured_by:
+        args.options = tune_options(args, measured_by)
         return _tune(args)
 
 
@@ -396,10 +398,7 @@ def _tune(args) -> int:
     w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
-    result = auto_schedule(ir.SearchTask(dag, target=args.target, desc=args.workload), trials=args.trials,
-                           measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
-                           **_history(args), **_retime(args), **args.measurement)
+    result = auto_schedule(ir.SearchTask(dag, target=args.target, desc=args.workload), args.options)
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
@@ -443,11 +442,8 @@ def cmd_tune_network(args) -> int:
     net = graph.get_network(args.network, batch=args.batch_size, seed=args.seed)
     part = networks.as_partitioned(net, winograd=args.winograd)
     print(f"# {net.summary()}\n# {part.summary()}", flush=True)
-    result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
-                                    seed=args.seed, strategy=args.strategy, objective=args.objective,
-                                    early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
-                                    early_stopping_per_task=args.early_stopping_per_task, target=args.target,
-                                    **_history(args), **_retime(args), **args.measurement)
+    result = networks.tune_networks(part, args.options, strategy=args.strategy, objective=args.objective,
+                                    early_stopping_per_task=args.early_stopping_per_task, target=args.target)
     executor = result.executor(0, base_model=args.base_model)
     ok, err = executor.verify()
     latency = executor.benchmark(repeat=5)["median"]
@@ -509,10 +505,7 @@ def cmd_tune_model(args) -> int:
     model = _import_model(args.workload, args.input_shape)
     part = graph.partition(model, winograd=args.winograd)
     print(f"# {model.summary()}\n# {part.summary()}", flush=True)
-    result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
-                                    seed=args.seed, early_stopping=args.early_stopping,
-                                    time_budget_s=_seconds(args.minutes), target=args.target, **_history(args),
-                                    **_retime(args), **args.measurement)
+    result = networks.tune_networks(part, args.options, target=args.target)
     executor = result.executor(0, warn_untuned=False, base_model=args.base_model)
     estimate = result.estimated_latencies()[part.name]
     estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"
