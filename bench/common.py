@@ -287,6 +287,34 @@ def time_cuda(run: Callable[[], object], synchronize: Callable[[], object], time
     return statistics.median([elapsed / number] + [timed(run, number) / number for _ in range(repeat - 1)])
 
 
+def torch_cuda(tf32: bool = False):
+    """PyTorch set up for timing on the GPU (cuDNN choosing its fastest algorithms; float32
+    with TF32 off, or on: tensor cores), or None without a CUDA PyTorch."""
+    if not torch_available():
+        return None
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    return torch
+
+
+def torch_cuda_events(torch) -> Callable:
+    """``timed(run, number) -> seconds`` for ``time_cuda``: ``number`` calls of ``run`` between
+    two CUDA events of PyTorch's."""
+    def timed(run, number: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+    return timed
+
+
 def gflops(flops: float, seconds: float | None) -> float | None:
     """GFLOPS, or None where there is no time (a baseline that does not apply)."""
     if seconds is None or flops is None or seconds <= 0:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bench_args, emit_json, gflops, json_row, time_cuda, torch_available  # noqa: E402
+from common import bench_args, emit_json, gflops, json_row, time_cuda, torch_cuda, torch_cuda_events  # noqa: E402,E501
 
 import autosched  # noqa: E402
 import ir  # noqa: E402
@@ -49,28 +49,13 @@ def torchvision_resnet50():
 
 def torch_cuda_seconds(batch: int, image_size: int, tf32: bool) -> float | None:
     """Seconds per ResNet-50 inference of PyTorch on the GPU (None without CUDA PyTorch)."""
-    if not torch_available():
+    torch = torch_cuda(tf32)
+    if torch is None:
         return None
-    import torch
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True
     model = torchvision_resnet50().cuda().eval()
     x = torch.randn(batch, 3, image_size, image_size, device="cuda")
-
-    def timed(run, number: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(number):
-            run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e-3
-
     with torch.no_grad():
-        return time_cuda(lambda: model(x), torch.cuda.synchronize, timed)
+        return time_cuda(lambda: model(x), torch.cuda.synchronize, torch_cuda_events(torch))
 
 
 def main(argv=None) -> int:

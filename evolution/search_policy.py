@@ -12,7 +12,7 @@ import collections
 import heapq
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtype as dt
 from . import expr as E
-from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store, nest_trips
+from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store
 from .padding import identity_select
 from .simplify import Simplifier, structural_key
 from .vecmath import math_function

@@ -3,8 +3,6 @@ explicit vector code and libgomp threads (``ir.cpu.codegen``), O3 for this CPU's
 and features, JIT or object code (``ir.cpu.runtime``), timed in native code."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..backend import Backend
 from ..lower import lower
 from ..target import HardwareParams, Target

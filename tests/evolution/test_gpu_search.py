@@ -6,7 +6,7 @@ import pytest
 import ir
 import sketch_rules as SR
 from autosched import ops
-from evolution import Crossover, Evolution, RandomModel, SearchParams, SketchPolicy, feature_dict, program_features
+from evolution import Evolution, RandomModel, SearchParams, SketchPolicy, feature_dict, program_features
 from evolution.genes import sketch_length
 from evolution.mutation import mutations_for
 from ir.cuda.lower import block_limits_violation
