@@ -169,3 +169,13 @@ def test_the_back_end_check_sees_a_private_import(tmp_path, monkeypatch):
     monkeypatch.setitem(MODULES, "ir.cpu.codegen", MODULES["ir.cpu.codegen"])
     found = [(m, t, n) for m, t, n, _ in _private_imports() if m == "ir.cuda.gpu_thing"]
     assert found == [("ir.cuda.gpu_thing", "ir.cpu.codegen", "_secret")]
+
+
+def test_nobody_compares_target_names():
+    """Callers ask a task's target (its back end, its search space), never its spelling:
+    no module compares a value with a target's name."""
+    import re
+    compare = re.compile(r"""[=!]= *['"](gpu|cuda|cpu|llvm)['"]|['"](gpu|cuda|cpu|llvm)['"] *[=!]=""")
+    found = [f"{module} line {n}: {line.strip()}" for module, path in MODULES.items()
+             for n, line in enumerate(open(path).read().splitlines(), 1) if compare.search(line)]
+    assert not found, found
