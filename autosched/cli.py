@@ -223,18 +223,20 @@ def add_build(sub) -> None:
     build.add_argument("workload", type=workload_name, help="a suite name such as GMM-1x512x512x512 "
                                                             f"(see `{PROG} list`)")
     _add_seed(build)
+    _add_target(build, "build and run it")
     build.set_defaults(fn=cmd_build)
 
 
 def cmd_build(args) -> int:
     """Compile a workload's naive program, verify it against numpy, time it beside numpy."""
+    args.target.backend.require_device(args.target)
     w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# {args.workload}: {w.flops / 1e9:.3f} GFLOP, workload key {dag.workload_key()}\n{dag}\n")
     state = dag.init_state()
     print(f"# program\n{state}\n")
     t0 = time.perf_counter()
-    kernel = ir.build(dag, state)
+    kernel = ir.build(dag, state, target=args.target)
     print(f"# built in {1e3 * (time.perf_counter() - t0):.1f} ms")
     inputs = w.random_inputs(np.random.default_rng(args.seed))
     outputs = w.output_buffers()

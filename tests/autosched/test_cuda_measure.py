@@ -87,13 +87,15 @@ def test_the_command_line_prints_gpu_sketches_and_programs(capsys):
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the error of a machine without a GPU")
-@pytest.mark.parametrize("what", [["--network", "resnet50"], ["GMM-1x128x128x128"]])
-def test_tuning_a_network_for_cuda_without_a_gpu_fails_in_one_line_and_tunes_nothing(what, capsys, monkeypatch):
+@pytest.mark.parametrize("command", [["tune", "--network", "resnet50", "--trials", "4"],
+                                     ["tune", "GMM-1x128x128x128", "--trials", "4"], ["build", "GMM-1x128x128x128"]])
+def test_tuning_a_network_for_cuda_without_a_gpu_fails_in_one_line_and_tunes_nothing(command, capsys, monkeypatch):
     from autosched import networks
     from autosched.cli import main
     monkeypatch.setattr(networks, "tune_networks", lambda *a, **k: pytest.fail("the CPU was tuned"))
     monkeypatch.setattr(autosched.tune, "tune_tasks", lambda *a, **k: pytest.fail("something was tuned"))
-    assert main(["tune", *what, "--target", "cuda", "--trials", "4"]) == 1
+    monkeypatch.setattr(ir, "build", lambda *a, **k: pytest.fail("something was built"))
+    assert main([*command, "--target", "cuda"]) == 1
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1 and not captured.out
     assert captured.err.startswith("autosched: error: target 'cuda': ")
