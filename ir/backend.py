@@ -86,6 +86,11 @@ class Backend:
         search rejects candidates with it before measuring them)."""
         return None
 
+    def lowering(self, state, hardware, layout_rewrite: bool):
+        """The ``ir.lower.Lowering`` of ``state`` for this back end (what program features
+        read), before code generation."""
+        raise NotImplementedError
+
     def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool):
         """``state`` of ``dag`` compiled for ``target``: a callable kernel, or what ``emit``
         names (see ``emits``)."""

@@ -4,7 +4,7 @@ and features, JIT or object code (``ir.cpu.runtime``), timed in native code."""
 from __future__ import annotations
 
 from ..backend import Backend
-from ..lower import lower
+from ..lower import Lowering, lower
 from ..target import HardwareParams, Target
 from .codegen import generate
 from .driver import NativeDriver
@@ -42,6 +42,9 @@ class CPUBackend(Backend):
             return None
         return (f"this machine is 'llvm -mcpu={here}' but the task targets {str(target)!r}: its programs must be "
                 "built and run on machines of the target's CPU")
+
+    def lowering(self, state, hardware, layout_rewrite: bool) -> Lowering:
+        return Lowering(state, layout_rewrite)
 
     def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool) -> Kernel:
         if emit != "kernel":

@@ -12,7 +12,7 @@ import pickle
 from ..backend import Backend
 from ..target import HardwareParams, Target
 from . import codegen
-from .lower import block_limits_violation, lower_gpu
+from .lower import GPULowering, block_limits_violation, lower_gpu
 from .sequence import DeviceSequence, EmulatedSequence
 from .runtime import RECOVERABLE_ERRORS, CudaError, CudaKernel, LaunchPlan, device_attributes, require_device_present
 
@@ -57,6 +57,10 @@ class CudaBackend(Backend):
 
     def limits_violation(self, state, hardware) -> str | None:
         return block_limits_violation(state, hardware)
+
+    def lowering(self, state, hardware, layout_rewrite: bool) -> GPULowering:
+        """Refuses (``LoweringError``) a program over ``hardware``'s limits of a block."""
+        return GPULowering(state, hardware)
 
     def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool):
         if emit not in self.emits:
