@@ -1,4 +1,5 @@
-"""LLVM IR generation from the loop IR (text IR, opaque pointers).
+"""The CPU's LLVM IR from the loop IR (text IR, opaque pointers), on the builder the LLVM
+back ends share (``ir.llvm_codegen``: values, loads, stores, conditionals, local buffers).
 
 The kernel ``@NAME(ptr %args)`` takes an array of pointers (one per DAG tensor) and calls an
 always-inlined body whose buffer parameters are ``noalias``, so that LLVM may keep
@@ -32,6 +33,8 @@ MAX_UNROLLED_CHUNKS = 8
 
 class CPUFunctionBuilder(FunctionBuilder):
     """The shared builder with the CPU's loops: explicit vector code, libgomp threads."""
+    #: whether this function is the body of an outlined parallel loop (no nested regions)
+    in_parallel = False
 
     def loop(self, s: For) -> None:
         if s.kind == "unroll" or (self.unroll_limit and s.kind == "serial" and nest_trips(s) <= self.unroll_limit):
@@ -41,8 +44,6 @@ class CPUFunctionBuilder(FunctionBuilder):
         if s.kind == "parallel" and not self.in_parallel:
             return self.parallel_loop(s)
         self.serial_loop(s.var, s.extent, lambda: self.stmt(s.body))
-
-    in_parallel = False
 
     def vector_loop(self, s: For) -> None:
         width = _vector_width(s.extent)
