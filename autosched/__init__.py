@@ -7,6 +7,7 @@ the ``ir`` package.
 """
 from . import ops
 from .space import generate_sketches
+from .options import TuneOptions
 from .tune import TuneResult, auto_schedule
 from sketch_rules import register_sketch_rule, unregister_sketch_rule
 from .measure import (MAX_COST, BuildResult, DaskBuilder, DaskRunner, LocalBuilder, LocalRunner, MeasureErrorNo,
@@ -18,7 +19,7 @@ from .records import (NotATuningLog, RecordToFile, TuningRecord, UntunedWorkload
                       best_record, best_records, distill_records, load_records, read_records, save_records)
 
 __version__ = "0.1.0"
-__all__ = ["ops", "__version__", "auto_schedule", "TuneResult", "generate_sketches", "register_sketch_rule", "unregister_sketch_rule",
+__all__ = ["ops", "__version__", "auto_schedule", "TuneOptions", "TuneResult", "generate_sketches", "register_sketch_rule", "unregister_sketch_rule",
            # measurement
            "MeasureInput", "MeasureResult", "MeasureErrorNo", "BuildResult", "MAX_COST",
            "LocalBuilder", "LocalRunner", "DaskBuilder", "DaskRunner", "ProgramMeasurer", "TooManyMeasureErrors",

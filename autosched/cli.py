@@ -25,6 +25,7 @@ from . import graph, networks, ops
 from .graph import onnx_baselines as B
 from .base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .graph.zoo import ALIASES, NETWORKS
+from .options import TuneOptions
 from .records import is_tuning_log, read_records
 from .records_db import ENV_VAR as RECORDS_DB_ENV
 
@@ -56,6 +57,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 # argument types shared by the subcommands ----------------------------------------------------
+
+def target_spec(text: str) -> ir.Target:
+    """--target: a target's spelling ("llvm", "cpu", "cuda", "cuda -arch=sm_80"...), parsed once."""
+    try:
+        return ir.Target.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--target {text!r}: {err}") from None
+
+
+def _add_target(parser, what: str) -> None:
+    parser.add_argument("--target", type=target_spec, default=ir.Target.host(), metavar="TARGET",
+                        help=f"{what} for this CPU (default: llvm, also spelled cpu) or an NVIDIA GPU (cuda, also "
+                             "spelled gpu; cuda -arch=sm_80 names its architecture)")
+
 
 def positive_number(option: str):
     """A float option that must be above 0."""
@@ -190,10 +205,6 @@ def _add_history(parser) -> None:
                        help="neither read nor write the records database")
 
 
-def _history(args) -> dict:
-    return {"base_model": args.base_model, "records_db": args.records_db}
-
-
 # list, build, sketches ---------------------------------------------------------------------
 
 def add_list(sub) -> None:
@@ -212,18 +223,20 @@ def add_build(sub) -> None:
     build.add_argument("workload", type=workload_name, help="a suite name such as GMM-1x512x512x512 "
                                                             f"(see `{PROG} list`)")
     _add_seed(build)
+    _add_target(build, "build and run it")
     build.set_defaults(fn=cmd_build)
 
 
 def cmd_build(args) -> int:
     """Compile a workload's naive program, verify it against numpy, time it beside numpy."""
+    args.target.backend.require_device(args.target)
     w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# {args.workload}: {w.flops / 1e9:.3f} GFLOP, workload key {dag.workload_key()}\n{dag}\n")
     state = dag.init_state()
     print(f"# program\n{state}\n")
     t0 = time.perf_counter()
-    kernel = ir.build(dag, state)
+    kernel = ir.build(dag, state, target=args.target)
     print(f"# built in {1e3 * (time.perf_counter() - t0):.1f} ms")
     inputs = w.random_inputs(np.random.default_rng(args.seed))
     outputs = w.output_buffers()
@@ -249,8 +262,7 @@ def add_sketches(sub) -> None:
     sketches.add_argument("--samples", type=count("--samples", 0), default=3,
                           help="random programs to print (default 3)")
     _add_seed(sketches)
-    sketches.add_argument("--target", choices=["cpu", "gpu", "cuda"], default="cpu",
-                          help="the sketch rules of this CPU or of a GPU (gpu and cuda are the same)")
+    _add_target(sketches, "the sketch rules")
     sketches.set_defaults(fn=cmd_sketches)
 
 
@@ -259,8 +271,7 @@ def cmd_sketches(args) -> int:
     from .space import generate_sketches
     w = ops.suite_workload(args.workload)
     print(f"# {args.workload}\n{ir.ComputeDAG(w.tensors)}\n")
-    generate_sketches(ir.ComputeDAG(w.tensors), samples=args.samples, seed=args.seed,
-                      target_kind="gpu" if args.target in ("gpu", "cuda") else "cpu")
+    generate_sketches(ir.ComputeDAG(w.tensors), samples=args.samples, seed=args.seed, target=args.target)
     return 0
 
 
@@ -274,9 +285,13 @@ def _seconds(minutes: float | None) -> float | None:
     return None if minutes is None else 60.0 * minutes
 
 
-def _retime(args) -> dict:
-    """``retime_best`` for the tuning functions where ``--retime-best`` was given."""
-    return {} if args.retime_best is None else {"retime_best": args.retime_best}
+def tune_options(args, measurement: dict) -> TuneOptions:
+    """The options of every tuning ``tune`` runs (a workload's, a network's, a model's),
+    built once from the command line and ``measurement``'s builder and runner."""
+    retime = {} if args.retime_best is None else {"retime_best": args.retime_best}
+    return TuneOptions(trials=args.trials, measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
+                       early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
+                       base_model=args.base_model, records_db=args.records_db, **retime, **measurement)
 
 
 def add_tune(sub) -> None:
@@ -300,8 +315,7 @@ def add_tune(sub) -> None:
                            "fastest (default 4; 0: keep the fastest single trial)")
     _add_seed(tune)
     _add_history(tune)
-    tune.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
-                      help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
+    _add_target(tune, "tune a workload, a network or an ONNX model")
     tune.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                       help="an ONNX model's input shape where the model leaves it open, e.g. input_ids=1x128")
     tune.add_argument("--dask", metavar="ADDRESS", default=None,
@@ -351,12 +365,18 @@ def measurement(address: str | None):
 def cmd_tune(args) -> int:
     """``autosched tune``: a workload, a network or an ONNX model, measured here or on a
     Dask cluster (``--dask``)."""
-    with measurement(args.dask) as args.measurement:
+    with measurement(args.dask) as measured_by:
+        args.options = tune_options(args, measured_by)
         return _tune(args)
 
 
 def _tune(args) -> int:
     """Tune a workload; print the winner's loop nest and its speed beside numpy."""
+    if args.dask is None and args.trials > 0:  # (before anything is built: this machine must run the programs)
+        args.target.backend.require_device(args.target)
+    if args.base_model not in (None, "default") and not args.target.backend.base_model:
+        raise UsageError(f"--base-model does not apply to --target {args.target}: the base model knows CPU programs "
+                         "only")
     given = [f"--{k.replace('_', '-')}" for k in NETWORK_OPTIONS if getattr(args, k) is not None]
     if args.network is not None:
         if args.workload is not None:
@@ -380,16 +400,12 @@ def _tune(args) -> int:
     w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)
     print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
-    target = "cuda" if args.target == "cuda" else None
-    result = auto_schedule(ir.SearchTask(dag, target=target, desc=args.workload), trials=args.trials,
-                           measure_batch=args.batch, log_file=args.log_file, seed=args.seed,
-                           early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
-                           **_history(args), **_retime(args), **args.measurement)
+    result = auto_schedule(ir.SearchTask(dag, target=args.target, desc=args.workload), args.options)
     if result.kernel is None:
         print("# no valid program was found", file=sys.stderr)
         return 1
-    if target == "cuda":
-        return _report_cuda(args.workload, w, result, args.seed)
+    if not args.target.backend.host_memory:  # a device's kernel: checked and timed on the device
+        return _report_device(args.workload, w, result, args.seed)
     inputs = w.random_inputs(np.random.default_rng(args.seed))
     outputs = w.output_buffers()
     args_in = [result.kernel.pack(t.name, a) if t.name in result.kernel.layouts else a
@@ -408,15 +424,15 @@ def _tune(args) -> int:
     return 0 if ok else 1
 
 
-def _report_cuda(name: str, w, result, seed: int) -> int:
-    """The tuned GPU program: checked against numpy and timed on the device."""
+def _report_device(name: str, w, result, seed: int) -> int:
+    """The tuned program of a device (a GPU): checked against numpy and timed on the device."""
     inputs = w.random_inputs(np.random.default_rng(seed))
     outputs = w.output_buffers()
     result.kernel(*inputs, *outputs)
     ok = all(np.allclose(o, e, rtol=1e-3, atol=1e-3) for o, e in zip(outputs, w.reference(inputs)))
     ours = result.kernel.time(*inputs, *outputs, number=1, repeat=5, min_repeat_ms=50).median
     print(f"# best program\n{result.state}\n")
-    print(f"# {name} on the GPU: {w.flops / ours / 1e9:.2f} GFLOPS ({1e3 * ours:.4f} ms); "
+    print(f"# {name} on {result.task.target}: {w.flops / ours / 1e9:.2f} GFLOPS ({1e3 * ours:.4f} ms); "
           f"verified against numpy: {'OK' if ok else 'WRONG'}")
     print(f"# tuning time: search {result.time_search:.1f} s, measurement {result.time_measure:.1f} s")
     return 0 if ok else 1
@@ -428,11 +444,8 @@ def cmd_tune_network(args) -> int:
     net = graph.get_network(args.network, batch=args.batch_size, seed=args.seed)
     part = networks.as_partitioned(net, winograd=args.winograd)
     print(f"# {net.summary()}\n# {part.summary()}", flush=True)
-    result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
-                                    seed=args.seed, strategy=args.strategy, objective=args.objective,
-                                    early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
-                                    early_stopping_per_task=args.early_stopping_per_task, **_history(args),
-                                    **_retime(args), **args.measurement)
+    result = networks.tune_networks(part, args.options, strategy=args.strategy, objective=args.objective,
+                                    early_stopping_per_task=args.early_stopping_per_task, target=args.target)
     executor = result.executor(0, base_model=args.base_model)
     ok, err = executor.verify()
     latency = executor.benchmark(repeat=5)["median"]
@@ -494,10 +507,7 @@ def cmd_tune_model(args) -> int:
     model = _import_model(args.workload, args.input_shape)
     part = graph.partition(model, winograd=args.winograd)
     print(f"# {model.summary()}\n# {part.summary()}", flush=True)
-    result = networks.tune_networks(part, trials=args.trials, measure_batch=args.batch, log_file=args.log_file,
-                                    seed=args.seed, early_stopping=args.early_stopping,
-                                    time_budget_s=_seconds(args.minutes), **_history(args),
-                                    **_retime(args), **args.measurement)
+    result = networks.tune_networks(part, args.options, target=args.target)
     executor = result.executor(0, warn_untuned=False, base_model=args.base_model)
     estimate = result.estimated_latencies()[part.name]
     estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"
@@ -521,6 +531,7 @@ def add_run(sub) -> None:
     _add_winograd(run)
     _add_seed(run)
     _add_base_model(run)
+    _add_target(run, "run the kernels tuned")
     run.set_defaults(fn=cmd_run)
 
 
@@ -530,8 +541,9 @@ def cmd_run(args) -> int:
         raise UsageError(f"no tuning log at {args.log_file!r}; make one with "
                          f"`{PROG} tune {args.model} --log-file {args.log_file}`")
     model = _import_model(args.model, args.input_shape)
+    args.target.backend.require_device(args.target)
     executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
-                                   base_model=args.base_model)
+                                   base_model=args.base_model, target=args.target)
     if args.input:
         if len(args.input) != len(model.inputs):
             raise UsageError(f"the model takes {len(model.inputs)} inputs "

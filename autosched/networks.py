@@ -10,19 +10,20 @@ resuming from the log (``records.resume``).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 import ir
-from evolution import SearchParams, SketchPolicy
+from evolution import SketchPolicy
 from task_scheduler import PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
-from .measure import LocalBuilder, LocalRunner
+from .measure import LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .records import RecordToFile
-from .tune import RETIME_BEST, prior_and_model, search_workers, tune_tasks
+from .options import TuneOptions
+from .tune import prior_and_model, require_devices, search_workers, tune_tasks
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -53,6 +54,8 @@ class NetworkTuneResult:
     scheduler: TaskScheduler
     trials: int
     curve: list = field(default_factory=list)
+    #: the ``ir.Target`` the tasks were tuned for
+    target: object = None
 
     def estimated_latencies(self) -> dict:
         """Seconds per network: Σ_i w_ij · best latency of task i (the tuned tasks only)."""
@@ -63,6 +66,7 @@ class NetworkTuneResult:
         """A ``GraphExecutor`` of network ``network`` (an index or a name) with the tuned programs."""
         if isinstance(network, str):
             network = [p.name for p in self.networks].index(network)
+        kwargs.setdefault("target", self.target)
         return GraphExecutor(self.networks[network], states=self.best_states, **kwargs)
 
     def table(self) -> str:
@@ -104,40 +108,40 @@ def weights_exceed_cache(parts) -> bool:
     return sum(p.constant_bytes for p in parts) > last_level_cache_bytes()
 
 
-def tune_networks(networks, trials: int | None = None, *, objective="latency", log_file: str | None = None,
-                  measure_batch: int = 64, seed: int = 0, strategy: str = "gradient",
+def tune_networks(networks, options: TuneOptions | None = None, *, objective="latency", strategy: str = "gradient",
                   latency_requirements=None, reference_latencies=None, patience: int = 5,
-                  early_stopping: int | None = None, early_stopping_per_task: int | None = None,
-                  alpha: float = 0.2, beta: float = 2.0, backward_window: int = 3, eps_greedy: float = 0.05,
-                  cost_model="xgb", search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
-                  runner: LocalRunner | None = None, layout_rewrite: bool = True, batch: int = 1,
+                  early_stopping_per_task: int | None = None, alpha: float = 0.2, beta: float = 2.0,
+                  backward_window: int = 3, eps_greedy: float = 0.05, layout_rewrite: bool = True, batch: int = 1,
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, winograd: bool = True,
-                  callbacks=None, hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
-                  records_db="default", time_budget_s: float | None = None,
-                  retime_best: int = RETIME_BEST) -> NetworkTuneResult:
+                  callbacks=None, target=None, hardware: ir.HardwareParams | None = None,
+                  **tuning) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
-    ``PartitionedGraph``, or a list of them) with ``trials`` measurements in all (default
-    1000 × the number of tasks, as the paper), ``measure_batch`` per round.
+    ``PartitionedGraph``, or a list of them) for ``target`` (an ``ir.Target`` or its
+    spelling, default this CPU; ``hardware`` overrides its parameters) as ``options`` (a
+    ``TuneOptions``, shared with ``auto_schedule``) say; its fields may also be given as
+    keyword arguments, which replace the options' values: ``trials`` measurements in all
+    (default 1000 × the number of tasks, as the paper), ``measure_batch`` per round,
+    ``log_file`` (one log for all tasks, appended to and resumed from), ``early_stopping``
+    (stop once the objective has not improved for that many trials), ``time_budget_s``
+    (tune for at most about this many wall seconds, whatever ``trials`` allows),
+    ``retime_best`` (each task measured in this run has its fastest programs re-timed in
+    turns at the end: a few seconds a task, after the budget), ``base_model``,
+    ``records_db``... as ``auto_schedule``'s. Deterministic for a ``seed`` given the same
+    measurements (a time budget is not).
 
     ``objective``: "latency" (f1: the summed latency of the networks, default),
     "requirement" (f2, with ``latency_requirements``: seconds per network), "speedup" (f3,
     with ``reference_latencies``), "early_stopping" (f4, ``patience`` rounds), a
     ``task_scheduler.Objective``, or any callable of the vector of task latencies.
-    ``strategy``: "gradient" (Ansor's scheduler) or "round-robin". ``log_file``: one log
-    for all tasks, appended to and resumed from. ``early_stopping``: stop once the
-    objective has not improved for that many trials; ``early_stopping_per_task``: retire a
-    task after that many trials without improvement. ``fold_batch_norm``, ``winograd``: as
-    ``graph.partition``'s, for networks not partitioned yet. ``base_model`` and ``records_db``: as
-    ``auto_schedule``'s. ``time_budget_s``: tune for at most about this many wall seconds
-    (no round starts that would end after it, judged by the rounds so far), whatever ``trials`` allows.
-    ``retime_best``: as ``auto_schedule``'s (each task measured in this run has its
-    fastest programs re-timed in turns at the end: a few seconds a task, after the budget).
-    Deterministic for a ``seed`` given the same measurements (a time budget is not).
+    ``strategy``: "gradient" (Ansor's scheduler) or "round-robin".
+    ``early_stopping_per_task``: retire a task after that many trials without improvement.
+    ``fold_batch_norm``, ``winograd``: as ``graph.partition``'s, for networks not partitioned yet.
 
-    The default ``runner`` times programs as they run in the model: with their weights
-    evicted from the caches when the networks' weights exceed the last-level cache
+    The default ``runner`` times programs as they run in the model: on a CPU, with their
+    weights evicted from the caches when the networks' weights exceed the last-level cache
     (``weights_exceed_cache``; ``LocalRunner(cold_constants=True)``), else warm."""
-    log = RecordToFile(log_file) if log_file else None
+    options = TuneOptions.of(options, **tuning)
+    log = RecordToFile(options.log_file) if options.log_file else None
     nets = networks if isinstance(networks, (list, tuple)) else [networks]
     parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks, winograd) for n in nets]
     if not parts:
@@ -155,28 +159,28 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     for j, p in enumerate(parts):
         for w in p.tasks:
             weights[j, index[w.workload_key]] += w.weight
-    tasks = [w.search_task(layout_rewrite, hardware) for w in workloads]
-    if runner is None:
-        runner = LocalRunner(cold_constants=weights_exceed_cache(parts))
-    if trials is None:
-        trials = 1000 * len(tasks)
-    db, prior, model = prior_and_model(tasks, cost_model, seed, base_model, records_db)
-    search_params = search_params or SearchParams()
-    search_pool = search_workers(search_params, max(t.hardware.num_cores for t in tasks)) if tasks else None
-    policies = [_make_policy(t, model, search_params, seed + i, search_pool) for i, t in enumerate(tasks)]
+    target = ir.Target.parse(target, hardware)
+    tasks = [w.search_task(layout_rewrite, target) for w in workloads]
+    trials = options.trials_for(len(tasks))
+    require_devices(tasks, options.runner, trials)
+    if options.runner is None:
+        options = replace(options, runner=LocalRunner(cold_constants=target.backend.host_memory
+                                                      and weights_exceed_cache(parts)))
+    db, prior, model = prior_and_model(tasks, options)
+    search_pool = search_workers(options.search_params, max(t.hardware.num_cores for t in tasks))
+    policies = [_make_policy(t, model, options.search_params, options.seed + i, search_pool)
+                for i, t in enumerate(tasks)]
     cbs = list(callbacks) if callbacks is not None else []
-    if verbose and not any(isinstance(c, PrintTableInfo) for c in cbs):
-        cbs.append(PrintTableInfo(progress=verbose > 1))
+    if options.verbose and not any(isinstance(c, PrintTableInfo) for c in cbs):
+        cbs.append(PrintTableInfo(progress=options.verbose > 1))
     scheduler = TaskScheduler(tasks, objective, weights=weights, network_names=[p.name for p in parts],
                               flops=[w.flops for w in workloads], names=[w.desc for w in workloads],
                               strategy=strategy, alpha=alpha, beta=beta, backward_window=backward_window,
-                              eps_greedy=eps_greedy, early_stopping_per_task=early_stopping_per_task, seed=seed,
-                              callbacks=cbs, latency_requirements=latency_requirements,
+                              eps_greedy=eps_greedy, early_stopping_per_task=early_stopping_per_task,
+                              seed=options.seed, callbacks=cbs, latency_requirements=latency_requirements,
                               reference_latencies=reference_latencies, patience=patience)
     try:
-        measurer = tune_tasks(scheduler, policies, model, trials=trials, measure_batch=measure_batch,
-                              early_stopping=early_stopping, log=log, builder=builder, runner=runner,
-                              db=db, prior=prior, time_budget_s=time_budget_s, retime_best=retime_best)
+        measurer = tune_tasks(scheduler, policies, model, options, trials, log=log, db=db, prior=prior)
     finally:
         if search_pool is not None:
             search_pool.shutdown()
@@ -184,7 +188,7 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     best_costs = [float(measurer.best_cost(t)) for t in tasks]
     best_states = {k: v for k, v in best_states.items() if v is not None}
     return NetworkTuneResult(parts, tasks, weights, best_costs, best_states, scheduler, scheduler.total_trials,
-                             list(scheduler.curve))
+                             list(scheduler.curve), target)
 
 
 __all__ = ["tune_networks", "NetworkTuneResult", "as_partitioned", "weights_exceed_cache"]

@@ -7,31 +7,31 @@ import ir
 import sketch_rules
 
 
-def as_task(dag_or_task, target: str | None = None, **task_kwargs) -> ir.SearchTask:
-    """``dag_or_task`` as a SearchTask: a ComputeDAG gets one for ``target`` (default this
-    CPU); a SearchTask is taken as it is (a ``target`` given must be its kind)."""
+def as_task(dag_or_task, target=None, **task_kwargs) -> ir.SearchTask:
+    """``dag_or_task`` as a SearchTask: a ComputeDAG gets one for ``target`` (an
+    ``ir.Target`` or its spelling; default this CPU); a SearchTask is taken as it is (a
+    ``target`` given must be of its back end)."""
     if isinstance(dag_or_task, ir.SearchTask):
-        if target is not None and ir.task.target_kind(target) != dag_or_task.target_kind:
-            raise ValueError(f"target={target!r} was given with a task for {dag_or_task.target!r}")
+        if target is not None and ir.Target.parse(target).backend is not dag_or_task.target.backend:
+            raise ValueError(f"target={str(target)!r} was given with a task for {str(dag_or_task.target)!r}")
         return dag_or_task
     if isinstance(dag_or_task, ir.ComputeDAG):
         return ir.SearchTask(dag_or_task, target=target, **task_kwargs)
     raise TypeError(f"expected an ir.ComputeDAG or ir.SearchTask, got {type(dag_or_task).__name__}")
 
 
-def generate_sketches(dag_or_task, *, samples: int = 3, seed: int = 0, target_kind: str | None = None,
+def generate_sketches(dag_or_task, *, samples: int = 3, seed: int = 0, target=None,
                       custom_rules=None, verbose: bool = True) -> list[ir.State]:
-    """The sketches of a computation (Ansor's derivation rules, with any registered and
-    ``custom_rules``); with ``verbose``, print them and ``samples`` random programs.
-    ``target_kind`` "gpu" makes a ComputeDAG a cuda task (default: the task's kind, a
-    ComputeDAG's is this CPU)."""
-    task = as_task(dag_or_task, target="cuda" if target_kind == "gpu" else None)
-    target_kind = target_kind or task.target_kind
-    sketches = sketch_rules.generate_sketches(task, target_kind=target_kind, custom_rules=custom_rules)
+    """The sketches of a computation (Ansor's derivation rules of its target's search
+    space, with any registered and ``custom_rules``); with ``verbose``, print them and
+    ``samples`` random programs. ``target`` (e.g. "cuda") makes a ComputeDAG a task for it
+    (default this CPU)."""
+    task = as_task(dag_or_task, target=target)
+    sketches = sketch_rules.generate_sketches(task, custom_rules=custom_rules)
     if verbose:
         for i, sketch in enumerate(sketches):
             print(f"# sketch {i} of {len(sketches)}\n{sketch}\n")
-        if samples and target_kind == task.target_kind:
+        if samples:
             rng = np.random.default_rng(seed)
             for i, state in enumerate(sketch_rules.sample_programs(task, sketches, samples, rng)):
                 print(f"# sampled program {i}\n{state}\n")

@@ -13,6 +13,7 @@ from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel
 from task_scheduler import TaskScheduler
 
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
+from .options import RETIME_TURNS, TuneOptions
 from .base_model import load_base_model
 from .records import RecordToFile, resume, trials_of
 from .records_db import RecordsDB, open_records_db, prior_knowledge
@@ -20,12 +21,6 @@ from .space import as_task
 from .workers import WorkerPool
 
 
-#: programs of each task re-timed in turns at the end of a tuning, and the turns: one
-#: kernel timed for 20 s on this project's shared 2-core VM read 63-145 GFLOPS in spells of
-#: 1-3 s; the best of 256 trials read 153 GFLOPS in its trial and 76-104 re-timed, no faster
-#: than the programs it had edged out (about 6 s a task)
-RETIME_BEST = 4
-RETIME_TURNS = 3
 
 
 @dataclass
@@ -107,14 +102,11 @@ def _gflops(flops: float, cost: float) -> float:
     return flops / cost / 1e9 if math.isfinite(cost) and cost < 1e9 else 0.0
 
 
-def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_file: str | None = None,
-                  seed: int = 0, early_stopping: int | None = None, cost_model="xgb",
-                  search_params: SearchParams | None = None, builder: LocalBuilder | None = None,
-                  runner: LocalRunner | None = None, layout_rewrite: bool = True, custom_rules=None,
-                  verbose: int = 1, target: str | None = None, base_model="default",
-                  records_db="default", time_budget_s: float | None = None,
-                  retime_best: int = RETIME_BEST) -> TuneResult:
-    """Search for a fast program of ``dag_or_task`` with at most ``trials`` measurements,
+def auto_schedule(dag_or_task, options: TuneOptions | None = None, *, target=None, layout_rewrite: bool = True,
+                  custom_rules=None, **tuning) -> TuneResult:
+    """Search for a fast program of ``dag_or_task`` (a ComputeDAG, or a SearchTask as it is)
+    as ``options`` (a ``TuneOptions``) say; its fields may also be given as keyword
+    arguments, which replace the options' values: ``trials`` (default 1000) measurements,
     ``measure_batch`` per round. With ``log_file``, every measurement is appended to it and
     a run resumes from it (programs measured before are not measured again; the cost
     model learns from them); a file that is not a tuning log, or cannot be written, is
@@ -123,8 +115,11 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     wall seconds, judged by the rounds so far (whatever ``trials`` allows). ``retime_best``:
     at the end, the fastest programs re-timed in turns (``retime_best_programs``; 0: none)
     pick the result, not the fastest single trial. ``cost_model``: "xgb", "random" or a
-    CostModel. Deterministic for a ``seed`` given the same measurements. ``target``: "cuda" tunes for the NVIDIA GPU
-    of this machine (``ir.cuda_runtime.NoCudaDevice`` without one), default this CPU.
+    CostModel. Deterministic for a ``seed`` given the same measurements.
+
+    ``target``: an ``ir.Target`` or its spelling, default this CPU; "cuda" tunes for the
+    NVIDIA GPU of this machine (``ir.NoCudaDevice`` without one, unless a ``runner``
+    measures elsewhere). ``custom_rules``: sketch rules tried before the built-in ones.
 
     ``base_model`` (the XGBoost cost models' starting point; "default": the shipped one or
     ``$AUTOSCHED_BASE_MODEL``, a path, or None) and ``records_db`` (the local records
@@ -133,24 +128,20 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
 
     Tuning one computation is tuning a network of one task: ``tune_tasks`` with a
     round-robin ``TaskScheduler``."""
-    if trials < 0 or measure_batch < 1:
-        raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
-    log = RecordToFile(log_file) if log_file else None
+    options = TuneOptions.of(options, **tuning)
+    trials = options.trials_for(1)
+    log = RecordToFile(options.log_file) if options.log_file else None
     task = as_task(dag_or_task, layout_rewrite=layout_rewrite, target=target)
-    if task.target_kind == "gpu" and runner is None and trials > 0:
-        from ir.cuda_runtime import require_device_present
-        require_device_present()
-    db, prior, model = prior_and_model([task], cost_model, seed, base_model, records_db)
-    search_params = search_params or SearchParams()
-    search_pool = search_workers(search_params, task.hardware.num_cores)
+    require_devices([task], options.runner, trials)
+    db, prior, model = prior_and_model([task], options)
+    search_pool = search_workers(options.search_params, task.hardware.num_cores)
     try:
-        policy = SketchPolicy(task, model, search_params, seed=seed, custom_rules=custom_rules, executor=search_pool)
+        policy = SketchPolicy(task, model, options.search_params, seed=options.seed, custom_rules=custom_rules,
+                              executor=search_pool)
         flops = task.dag.flop_count()
-        scheduler = TaskScheduler([task], "latency", flops=[flops], strategy="round-robin", seed=seed,
-                                  callbacks=[_Progress(flops, trials)] if verbose else [])
-        measurer = tune_tasks(scheduler, [policy], model, trials=trials, measure_batch=measure_batch,
-                              early_stopping=early_stopping, log=log, builder=builder, runner=runner,
-                              db=db, prior=prior, time_budget_s=time_budget_s, retime_best=retime_best)
+        scheduler = TaskScheduler([task], "latency", flops=[flops], strategy="round-robin", seed=options.seed,
+                                  callbacks=[_Progress(flops, trials)] if options.verbose else [])
+        measurer = tune_tasks(scheduler, [policy], model, options, trials, log=log, db=db, prior=prior)
     finally:
         if search_pool is not None:
             search_pool.shutdown()
@@ -158,40 +149,52 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
     seconds = scheduler.seconds[0]
     state, cost = measurer.best_state(task), measurer.best_cost(task)
     kernel = ir.build(task.dag, state, layout_rewrite=task.layout_rewrite,
-                      target=task.target if task.target_kind == "gpu" else None) if state is not None else None
+                      target=task.target) if state is not None else None
     return TuneResult(task, state, kernel, cost, _gflops(flops, cost) if state is not None else 0.0,
                       scheduler.total_trials, history, seconds["search"], seconds["measure"], seconds["build"],
                       seconds["run"], {e.label: n for e, n in measurer.error_counts.items()},
                       dict(policy.evolution.rejected.counts))
 
 
-def prior_and_model(tasks, cost_model, seed: int, base_model, records_db):
+def require_devices(tasks, runner, trials: int) -> None:
+    """Raise (the back end's error) unless this machine has the device of every task's
+    target, when programs are to be measured here (no ``runner`` of another machine)."""
+    if runner is None and trials > 0:
+        for target in dict.fromkeys(t.target for t in tasks):
+            target.backend.require_device(target)
+
+
+def prior_and_model(tasks, options: TuneOptions):
     """(the records database or None, its records of ``tasks``, the cost model): what a
     tuning starts from (see ``auto_schedule``'s ``base_model`` and ``records_db``)."""
+    cost_model, seed, base_model = options.cost_model, options.seed, options.base_model
     xgb = isinstance(cost_model, str) and cost_model.startswith("xgb")
-    # the base model knows CPU programs' features only
-    base = load_base_model(base_model) if xgb and all(t.target_kind == "cpu" for t in tasks) else None
-    db = open_records_db(records_db)
+    # the base model knows the programs of the back end it was trained on (the CPU's)
+    without = [str(t.target) for t in tasks if not t.target.backend.base_model]
+    if without and base_model not in (None, "default"):
+        raise ValueError(f"base_model={base_model!r} does not apply to target {without[0]!r}: the base model knows "
+                         "CPU programs only")
+    base = load_base_model(base_model) if xgb and not without else None
+    db = open_records_db(options.records_db)
     prior, start = prior_knowledge(db, tasks, base, seed) if db is not None and xgb else ([], base)
     valid = sum(r.ok for r in trials_of(prior))  # (what resume trains the model on)
     return db, prior, make_cost_model(cost_model, seed, start, valid if valid >= 2 else 0)
 
 
-def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measure_batch: int,
-               early_stopping: int | None, log: RecordToFile | None, builder=None, runner=None,
-               db: RecordsDB | None = None, prior=(), time_budget_s: float | None = None,
-               retime_best: int = RETIME_BEST) -> ProgramMeasurer:
+def tune_tasks(scheduler: TaskScheduler, policies, model, options: TuneOptions, trials: int, *,
+               log: RecordToFile | None, db: RecordsDB | None = None, prior=()) -> ProgramMeasurer:
     """The tuning loop of ``auto_schedule`` and ``tune_networks``: one measurer for all of
     ``scheduler``'s tasks (appending to ``log`` and the records ``db``), resumed from the
     log's records and the ``prior`` ones of the database (see ``records.resume``: the
     measurer, the policies and the shared ``model`` take them in; the scheduler starts from
     the rounds and latencies they reached), then the scheduler spends ``trials``
-    measurements in rounds of ``measure_batch`` (``TaskScheduler.tune``; within
-    ``time_budget_s`` wall seconds where given). Last, ``retime_best_programs`` re-times
-    the ``retime_best`` fastest programs of each task in turns (0: not). Returns the
+    measurements in rounds of ``options.measure_batch`` (``TaskScheduler.tune``; within
+    ``options.time_budget_s`` wall seconds where given). Last, ``retime_best_programs``
+    re-times the ``options.retime_best`` fastest programs of each task in turns (0: not),
+    measured by ``options.builder`` and ``options.runner``. Returns the
     measurer (closed), which knows the best program of each task."""
     callbacks = [cb for cb in (log, db.writer() if db is not None else None) if cb is not None]
-    measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), callbacks=callbacks)
+    measurer = ProgramMeasurer(options.builder or LocalBuilder(), options.runner or LocalRunner(), callbacks=callbacks)
     try:
         earlier = log.read() if log is not None else []
         seen = {(r.workload_key, r.target, r.program) for r in earlier}
@@ -199,10 +202,11 @@ def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measur
         if earlier:
             counts = resume(earlier, scheduler.tasks, policies, model, measurer)
             for i, (task, n) in enumerate(zip(scheduler.tasks, counts)):
-                scheduler.restore(i, measurer.best_cost(task), n, measure_batch)
-        scheduler.tune(policies, measurer, trials, measure_batch, early_stopping, time_budget_s)
-        if retime_best and trials:
-            retime_best_programs(scheduler, policies, measurer, earlier, retime_best)
+                scheduler.restore(i, measurer.best_cost(task), n, options.measure_batch)
+        scheduler.tune(policies, measurer, trials, options.measure_batch, options.early_stopping,
+                       options.time_budget_s)
+        if options.retime_best and trials:
+            retime_best_programs(scheduler, policies, measurer, earlier, options.retime_best)
     finally:
         measurer.close()
     return measurer

@@ -161,7 +161,7 @@ class _Closure(ctypes.Structure):
 
 
 def jit(module: llvm.ModuleRef) -> llvm.ExecutionEngine:
-    """MCJIT-compile an optimised module for the host, as ``ir.runtime.CompiledModule``
+    """MCJIT-compile an optimised module for the host, as ``ir.cpu.runtime.CompiledModule``
     does (the engine owns a target machine of its own). Keep the engine alive."""
     cpu, features = _host()
     tm = llvm.Target.from_default_triple().create_target_machine(
@@ -175,7 +175,7 @@ def jit(module: llvm.ModuleRef) -> llvm.ExecutionEngine:
 def _fma_peak_kernel():
     """The JIT engine of the microkernel, its entry point and the FLOPs one thread does
     per loop iteration."""
-    from ir.runtime import optimize  # O3 for the host CPU; also loads libgomp
+    from ir.cpu.runtime import optimize  # O3 for the host CPU; also loads libgomp
 
     _, features = _host()
     lanes, accumulators = (16, 16) if features.get("avx512f") else (8, 12)
@@ -285,6 +285,34 @@ def time_cuda(run: Callable[[], object], synchronize: Callable[[], object], time
             break
         number = max(number * 2, int(number * min_time / max(elapsed, 1e-9) * 1.1))
     return statistics.median([elapsed / number] + [timed(run, number) / number for _ in range(repeat - 1)])
+
+
+def torch_cuda(tf32: bool = False):
+    """PyTorch set up for timing on the GPU (cuDNN choosing its fastest algorithms; float32
+    with TF32 off, or on: tensor cores), or None without a CUDA PyTorch."""
+    if not torch_available():
+        return None
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    return torch
+
+
+def torch_cuda_events(torch) -> Callable:
+    """``timed(run, number) -> seconds`` for ``time_cuda``: ``number`` calls of ``run`` between
+    two CUDA events of PyTorch's."""
+    def timed(run, number: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+    return timed
 
 
 def gflops(flops: float, seconds: float | None) -> float | None:

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ir  # noqa: E402
 from autosched import ops  # noqa: E402
-from ir.runtime import optimize  # noqa: E402
+from ir.cpu.runtime import optimize  # noqa: E402
 from common import Table, bench_args, emit_json, jit, json_row  # noqa: E402
 
 #: a small representative workload of every operator: (args, kwargs)
@@ -78,7 +78,7 @@ def time_phases(state) -> tuple[dict[str, float], int]:
     t0 = time.perf_counter()
     lowered = ir.lower(state, NAME)
     t1 = time.perf_counter()
-    text = ir.generate(lowered, NAME)
+    text = ir.cpu.codegen.generate(lowered, NAME)
     t2 = time.perf_counter()
     module = optimize(text)
     t3 = time.perf_counter()

@@ -38,7 +38,7 @@ from common import bench_args, emit_json, fastest_in_turns, network_runner  # no
 import autosched  # noqa: E402
 from autosched import graph as G  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
-from autosched.tune import RETIME_BEST  # noqa: E402
+from autosched.options import RETIME_BEST  # noqa: E402
 from evolution import SearchParams  # noqa: E402
 
 THREADS = 2

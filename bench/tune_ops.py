@@ -186,32 +186,15 @@ def tune_suite(args, names) -> list[dict]:
 def torch_cuda_seconds(w) -> float | None:
     """PyTorch on the GPU (cuBLAS/cuDNN, float32 with TF32 off, cuDNN choosing its fastest
     algorithm): seconds per call timed with CUDA events. None without a CUDA PyTorch."""
-    if not common.torch_available():
+    torch = common.torch_cuda(tf32=False)
+    if torch is None:
         return None
-    import torch
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
     program = torch_program(w, "cuda")
     if program is None:
         return None
     fn, *args = program
     with torch.no_grad():
-        return common.time_cuda(lambda: fn(*args), torch.cuda.synchronize, _torch_events(torch))
-
-
-def _torch_events(torch):
-    def timed(run, number: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(number):
-            run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e-3
-    return timed
+        return common.time_cuda(lambda: fn(*args), torch.cuda.synchronize, common.torch_cuda_events(torch))
 
 
 def cuda_seconds(kernel, w) -> float:

@@ -38,7 +38,7 @@ import ir  # noqa: E402
 import autosched  # noqa: E402
 from autosched import ops  # noqa: E402
 from autosched.records import trials_of  # noqa: E402
-from autosched.tune import RETIME_BEST  # noqa: E402
+from autosched.options import RETIME_BEST  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MS_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "metaschedule"))

@@ -9,12 +9,15 @@ __all__ = ["FEATURES", "FEATURE_NAMES", "N_FEATURES", "FeatureExtractor", "extra
            "program_features", "slog",
            "CostModel", "MeasuredProgram", "RandomModel", "XGBoostEnsemble", "XGBoostModel", "expected_improvement",
            "pairwise_accuracy", "recall_at_k"]
-from .mutation import (CPU_MUTATION_WEIGHTS, mutate, mutate_auto_unroll, mutate_compute_location, mutate_parallel,
-                       mutate_tile_size, mutate_tile_size_random_walk)
+from .mutation import (AutoUnrollMutation, ComputeLocationMutation, Mutation, MutationContext, ParallelMutation,
+                       TileSizeMutation, cpu_mutations, gpu_mutations, mutate_auto_unroll, mutate_compute_location,
+                       mutate_parallel, mutate_tile_size, mutate_tile_size_random_walk, mutations_for,
+                       register_mutations)
 from .crossover import Crossover
 from .evolve import Evolution, Rejections
 from .search_policy import SearchParams, SketchPolicy
 
-__all__ += ["CPU_MUTATION_WEIGHTS", "mutate", "mutate_auto_unroll", "mutate_compute_location", "mutate_parallel",
-            "mutate_tile_size", "mutate_tile_size_random_walk", "Crossover", "Evolution", "Rejections",
+__all__ += ["AutoUnrollMutation", "ComputeLocationMutation", "Mutation", "MutationContext", "ParallelMutation",
+            "TileSizeMutation", "cpu_mutations", "gpu_mutations", "mutate_auto_unroll", "mutate_compute_location",
+            "mutate_parallel", "mutate_tile_size", "mutate_tile_size_random_walk", "mutations_for", "register_mutations", "Crossover", "Evolution", "Rejections",
             "SearchParams", "SketchPolicy"]

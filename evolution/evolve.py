@@ -15,12 +15,11 @@ import heapq
 import numpy as np
 
 import ir
-from ir.lower_gpu import block_limits_violation
+from sketch_rules import search_space
 
 from .crossover import Crossover
 from .genes import sketch_length
-from .gpu_mutation import mutate_gpu
-from .mutation import CPU_MUTATION_WEIGHTS, draw_mutation, mutate_by
+from .mutation import MutationContext, draw_mutation, mutations_for
 
 
 class Rejections:
@@ -76,6 +75,8 @@ class Evolution:
         self.rng = rng
         self.crossover = Crossover(self.sketches)
         self.rejected = Rejections()
+        self.mutations = mutations_for(task)
+        self.auto_unroll_choices = search_space(task).auto_unroll_choices
 
     def run(self, population: list[ir.State], out_size: int, measured_keys) -> list[tuple[float, ir.State]]:
         """Evolve ``population`` for ``params.generations`` generations; the ``out_size`` best
@@ -134,22 +135,18 @@ class Evolution:
         return list(out.values())
 
     def _mutate(self, state: ir.State, sketch, max_innermost: int) -> ir.State | None:
-        """One mutation of ``state`` (sampled from ``sketch``, its ``sketch_length``): the
-        GPU's rules (``gpu_mutation``, whose default weights replace the CPU's) on a GPU task."""
+        """One mutation of ``state`` (sampled from ``sketch``, its ``sketch_length``), drawn
+        among the task's search space's mutations."""
         p = self.params
-        if self.task.target_kind == "gpu":
-            weights = None if p.mutation_weights == CPU_MUTATION_WEIGHTS else p.mutation_weights
-            return self._guarded("mutation gpu", mutate_gpu, state, self.rng, self.task.hardware, weights,
-                                 p.random_walk_q, max_innermost)
-        kind = draw_mutation(self.rng, p.mutation_weights)
-        decisions_from = sketch[1] if sketch is not None else len(state.steps)
-        return self._guarded(f"mutation {kind}", mutate_by, kind, state, self.rng, p.random_walk_q, max_innermost,
-                             decisions_from)
+        mutation = draw_mutation(self.rng, self.mutations, p.mutation_weights)
+        ctx = MutationContext(self.auto_unroll_choices, p.random_walk_q, max_innermost,
+                              sketch[1] if sketch is not None else len(state.steps))
+        return self._guarded(f"mutation {mutation.name}", mutation.apply, state, self.rng, ctx)
 
     def runs_on_target(self, state: ir.State) -> bool:
         """False for a program the task's device cannot run (a GPU block's limits: a
         crossover of two valid parents can break them)."""
-        return self.task.target_kind != "gpu" or block_limits_violation(state, self.task.hardware) is None
+        return self.task.target.backend.limits_violation(state, self.task.hardware) is None
 
     def _guarded(self, what: str, make, *args):
         """``make(*args)`` (a State with its key computed, or None), or None (counted in

@@ -41,7 +41,7 @@ elements over loops ``l..n-1``):
   otherwise *no reuse*.
 - loop kinds are those the code generator emits: a serial loop under an
   ``auto_unroll_max_step`` pragma whose nest has at most that many iterations counts as
-  unrolled. GPU programs (a task whose target is cuda) lower with ``ir.lower_gpu``'s
+  unrolled. GPU programs (a task whose target is cuda) lower with ``ir.cuda.lower``'s
   lowering: ``is_gpu`` is 1, ``blockIdx_x_len`` and ``vthread_len`` the products of the
   loops around the statement bound to blocks and virtual threads, ``threadIdx_x_len`` the
   largest loop around it bound to threads (a shared-memory copy's threads are its
@@ -63,11 +63,11 @@ from collections import OrderedDict
 
 import numpy as np
 
+import ir
 from ir import dtype as dt
 from ir import expr as E
 from ir.loop_ir import Allocate, For, IfThenElse, Load, Pragma, Seq, Store, nest_trips
 from ir.lower import Lowering
-from ir.lower_gpu import GPULowering
 
 # ------------------------------------------------------------------------------------------
 # The layout: one (name, description) per column, in order.
@@ -840,12 +840,15 @@ def _identity(e):
     return e
 
 
-def _lowering(state, layout_rewrite: bool, simplify: bool, gpu_hardware=None):
-    """ir's lowering of ``state`` (with ``gpu_hardware``: the cuda target's, which refuses
-    a program over the device's limits); without ``simplify`` the final simplification of
-    index and value expressions is skipped (3-4x faster): the features normalise affine
-    forms themselves, and only op counts of index arithmetic differ."""
-    lowering = GPULowering(state, gpu_hardware) if gpu_hardware is not None else Lowering(state, layout_rewrite)
+def _lowering(task, state, layout_rewrite: bool, simplify: bool):
+    """The lowering of ``state`` by ``task``'s back end (the cuda target's refuses a program
+    over the device's limits; a task-like object without a target: the CPU's); without
+    ``simplify`` the final simplification of index and value expressions is skipped (3-4x
+    faster): the features normalise affine forms themselves, and only op counts of index
+    arithmetic differ."""
+    target = getattr(task, "target", None)
+    lowering = (target.backend.lowering(state, task.hardware, layout_rewrite) if isinstance(target, ir.Target)
+                else Lowering(state, layout_rewrite))
     lowering.cut_padding_loops = False  # a cut loop's pieces would read as several small statements
     if not simplify:
         lowering.simplify = _identity
@@ -894,7 +897,7 @@ class FeatureExtractor:
         hw = getattr(task, "hardware", None)
         line_bytes = getattr(hw, "cache_line_bytes", 64)
         layout = bool(getattr(task, "layout_rewrite", False))
-        gpu = getattr(task, "target_kind", "cpu") == "gpu"
+        gpu = bool(getattr(hw, "is_gpu", False))
         stages = state.stages
         subtree: dict = {}
         roots = []
@@ -932,7 +935,7 @@ class FeatureExtractor:
                 continue
             self.stats["misses"] += 1
             if lowering is None:
-                lowering = _lowering(state, layout, self.simplify, hw if gpu else None)
+                lowering = _lowering(task, state, layout, self.simplify)
                 by_name = {st.name: st for st in stages if not st.is_placeholder}
             nest = lowering.stage_nest(idx)
             rows = nest_features(nest, by_name, line_bytes, gpu)

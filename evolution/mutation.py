@@ -1,5 +1,7 @@
 """The mutations of Ansor's evolutionary search (5.1), each rewriting one kind of decision
-of a program and rebuilding it from its steps; None when the edit is not valid.
+of a program and rebuilding it from its steps; None when the edit is not valid. Each kind
+is a ``Mutation`` class with a weight, as sketch rules are rule classes; a search space
+has its list (``cpu_mutations``, ``gpu_mutations``; ``register_mutations`` for a new one).
 
 - tile size: move a factor from one tile level of a split to another (product kept);
 - parallel granularity: fuse more or fewer outer loops into the parallel loop;
@@ -10,7 +12,7 @@ of a program and rebuilding it from its steps; None when the edit is not valid.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,7 +20,8 @@ import ir
 from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FuseStep, PragmaStep,
                       SplitStep, stage_names_along)
 from sketch_rules import analysis as A
-from sketch_rules.annotation import AUTO_UNROLL_CHOICES_CPU, compute_location_choices, divisors
+from sketch_rules import search_space
+from sketch_rules.annotation import compute_location_choices, divisors
 
 from .genes import lengths_from_parts, replay, split_parts, with_step
 
@@ -106,8 +109,7 @@ def mutate_tile_size_random_walk(state: ir.State, rng: np.random.Generator, q: f
     return with_step(state, index, replace(step, lengths=lengths_from_parts(step, parts)))
 
 
-def mutate_auto_unroll(state: ir.State, rng: np.random.Generator,
-                       choices=AUTO_UNROLL_CHOICES_CPU) -> ir.State | None:
+def mutate_auto_unroll(state: ir.State, rng: np.random.Generator, choices) -> ir.State | None:
     """Another ``auto_unroll_max_step`` for a random stage that has one."""
     candidates = [i for i, s in enumerate(state.steps) if isinstance(s, PragmaStep)]
     if not candidates:
@@ -206,36 +208,112 @@ def _movable(state: ir.State, stage_id: int) -> bool:
     return not A.is_tiled(state, stage_id) and state.raw_stages[stage_id].origin != "cache_write"
 
 
-#: Ansor's CPU mutation weights (TVM auto_scheduler's SketchPolicy defaults)
-CPU_MUTATION_WEIGHTS = {"tile_size": 0.90, "auto_unroll": 0.04, "compute_location": 0.05, "parallel": 0.01}
+# mutations as classes, one list per search space ----------------------------------------------
+
+@dataclass(frozen=True)
+class MutationContext:
+    """What a mutation may ask besides the program: the unroll steps of the task's search
+    space, OpEvo's random-walk ``q`` (None: Ansor's tile-size mutation), the largest
+    innermost tile, and where the program's own decisions start (its sketch's length)."""
+    auto_unroll_choices: tuple
+    random_walk_q: float | None = None
+    max_innermost: int = 64
+    decisions_from: int = 0
 
 
-def mutate(state: ir.State, rng: np.random.Generator, weights=None, random_walk_q: float | None = None,
-           max_innermost: int = 64, decisions_from: int = 0) -> ir.State | None:
-    """One mutation, its kind drawn by ``weights``; ``random_walk_q`` switches tile size
-    mutation to OpEvo's q-random walk; ``decisions_from``: see ``mutate_compute_location``."""
-    return mutate_by(draw_mutation(rng, weights), state, rng, random_walk_q, max_innermost, decisions_from)
+class Mutation:
+    """One kind of edit of a program's decisions (Ansor 5.1), drawn with probability in
+    proportion to ``weight`` among its search space's mutations; ``apply`` returns the
+    child, or None when the edit does not apply to this program."""
+    name = "mutation"
+
+    def __init__(self, weight: float):
+        self.weight = float(weight)
+
+    def apply(self, state: ir.State, rng: np.random.Generator, ctx: MutationContext) -> ir.State | None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.weight})"
 
 
-def draw_mutation(rng: np.random.Generator, weights=None) -> str:
-    """A kind of mutation ("tile_size", "auto_unroll", ...), drawn by ``weights``."""
-    weights = weights or CPU_MUTATION_WEIGHTS
-    kinds = list(weights)
-    p = np.array([weights[k] for k in kinds], dtype=float)
-    return kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+class TileSizeMutation(Mutation):
+    name = "tile_size"
+
+    def apply(self, state, rng, ctx):
+        if ctx.random_walk_q is not None:
+            return mutate_tile_size_random_walk(state, rng, ctx.random_walk_q, ctx.max_innermost)
+        return mutate_tile_size(state, rng, ctx.max_innermost)
 
 
-def mutate_by(kind: str, state: ir.State, rng: np.random.Generator, random_walk_q: float | None = None,
-              max_innermost: int = 64, decisions_from: int = 0) -> ir.State | None:
-    """The mutation of this kind (see ``CPU_MUTATION_WEIGHTS``)."""
-    if kind == "tile_size":
-        if random_walk_q is not None:
-            return mutate_tile_size_random_walk(state, rng, random_walk_q, max_innermost)
-        return mutate_tile_size(state, rng, max_innermost)
-    if kind == "auto_unroll":
-        return mutate_auto_unroll(state, rng)
-    if kind == "compute_location":
-        return mutate_compute_location(state, rng, decisions_from)
-    if kind == "parallel":
+class AutoUnrollMutation(Mutation):
+    name = "auto_unroll"
+
+    def apply(self, state, rng, ctx):
+        return mutate_auto_unroll(state, rng, ctx.auto_unroll_choices)
+
+
+class ComputeLocationMutation(Mutation):
+    name = "compute_location"
+
+    def apply(self, state, rng, ctx):
+        return mutate_compute_location(state, rng, ctx.decisions_from)
+
+
+class ParallelMutation(Mutation):
+    name = "parallel"
+
+    def apply(self, state, rng, ctx):
         return mutate_parallel(state, rng)
-    raise ValueError(f"unknown mutation {kind!r}; expected one of {', '.join(CPU_MUTATION_WEIGHTS)}")
+
+
+def cpu_mutations() -> list[Mutation]:
+    """Ansor's CPU mutations and weights (TVM auto_scheduler's SketchPolicy defaults)."""
+    return [TileSizeMutation(0.90), AutoUnrollMutation(0.04), ComputeLocationMutation(0.05), ParallelMutation(0.01)]
+
+
+def gpu_mutations() -> list[Mutation]:
+    """Ansor's GPU mutations: tile sizes (the block, virtual-thread, thread and register
+    tiles, a cooperative fetch's vector length, a simple stage's threads per block) and
+    the unroll step. Thread bindings follow the tile sizes on replay, so a child can break
+    a block's limits: the evolution drops it (``Backend.limits_violation``)."""
+    return [TileSizeMutation(0.90), AutoUnrollMutation(0.10)]
+
+
+_MUTATIONS = {"cpu": cpu_mutations, "gpu": gpu_mutations}
+
+
+def register_mutations(space: str, make) -> None:
+    """The mutations of search space ``space`` (``sketch_rules.register_search_space``):
+    ``make()`` returns a fresh list of ``Mutation``s."""
+    if space in _MUTATIONS:
+        raise ValueError(f"search space {space!r} has its mutations already")
+    _MUTATIONS[space] = make
+
+
+def mutations_for(task) -> list[Mutation]:
+    """The mutations of ``task``'s search space."""
+    space = search_space(task).name
+    if space not in _MUTATIONS:
+        raise ValueError(f"search space {space!r} has no mutations (evolution.mutation.register_mutations)")
+    return _MUTATIONS[space]()
+
+
+def mutation_names() -> set[str]:
+    """The names of the mutations of every search space."""
+    return {m.name for make in _MUTATIONS.values() for m in make()}
+
+
+def draw_mutation(rng: np.random.Generator, mutations: list[Mutation], weights: dict | None = None) -> Mutation:
+    """One of ``mutations`` drawn by their weights, or by ``weights`` ({name: weight}, e.g.
+    ``SearchParams.mutation_weights``: a mutation it does not name is not drawn); ``weights``
+    must name mutations that exist and some of these."""
+    if weights is not None:
+        unknown = set(weights) - mutation_names()
+        if unknown:
+            raise ValueError(f"unknown mutation {sorted(unknown)[0]!r}; expected some of {sorted(mutation_names())}")
+        mutations = [m for m in mutations if m.name in weights]
+        if not mutations:
+            raise ValueError(f"mutation weights {weights} name none of this search space's mutations")
+    p = np.array([m.weight if weights is None else weights[m.name] for m in mutations], dtype=float)
+    return mutations[int(rng.choice(len(mutations), p=p / p.sum()))]

@@ -12,7 +12,7 @@ import collections
 import heapq
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,7 +21,6 @@ import sketch_rules
 
 from . import islands
 from .evolve import Evolution
-from .mutation import CPU_MUTATION_WEIGHTS
 
 
 @dataclass
@@ -36,7 +35,9 @@ class SearchParams:
     #: share of the population seeded with the best measured programs
     init_use_measured_ratio: float = 0.2
     retry_on_empty: int = 10
-    mutation_weights: dict = field(default_factory=lambda: dict(CPU_MUTATION_WEIGHTS))
+    #: {mutation name: weight} instead of the weights of the task's search space's mutations
+    #: (``evolution.mutation``; None: theirs, Ansor's)
+    mutation_weights: dict | None = None
     #: OpEvo: tile-size mutation as a q-random walk over factorisations (None = Ansor's)
     random_walk_q: float | None = None
     #: AdaTune: the exploration share from the model's uncertainty instead of eps_greedy

@@ -14,9 +14,11 @@ from . import steps
 from .steps import Step
 from .loop_ir import Buffer
 from .lower import lower, LoweredFunc
-from .lower_gpu import lower_gpu, GPUProgram
-from .codegen import generate
-from .runtime import Kernel, TimeResult
-from .cuda_runtime import CudaKernel, NoCudaDevice
+from .backend import Backend, TimeResult
+from .target import Target, HardwareParams, register_backend
+from . import cpu, cuda  # noqa: F401 - the back ends register themselves
+from .cpu.runtime import Kernel
+from .cuda.lower import lower_gpu, GPUProgram
+from .cuda.runtime import CudaKernel, NoCudaDevice
 from .build import build
-from .task import SearchTask, HardwareParams, host_target, target_kind
+from .task import SearchTask, host_target

@@ -4,43 +4,41 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from .codegen import generate
-from .lower import lower
-from .runtime import CompiledModule, Kernel
-from .task import target_kind
+from .target import Target
 
 
 def build(dag, state=None, name: str = "autosched_kernel", layout_rewrite: bool | None = None,
-          target: str | None = None, emit: str = "kernel"):
-    """Lower ``state`` (default: the naive program of ``dag``), generate LLVM IR, optimise it
-    at O3 for the host CPU and JIT-compile it.
+          target=None, emit: str = "kernel"):
+    """Lower ``state`` (default: the naive program of ``dag``) and compile it for ``target``
+    (an ``ir.Target`` or its spelling; default this CPU: LLVM IR optimised at O3 for the
+    host CPU and JIT-compiled into a ``Kernel``).
 
-    ``target="cuda"`` builds for an NVIDIA GPU instead (``ir.build_cuda``): a
-    ``CudaKernel``, or the PTX with ``emit="ptx"`` (no GPU needed) or the NVPTX LLVM IR
-    with ``emit="llvm"``; layout rewrite and schedule providers are CPU-only.
+    ``target="cuda"`` builds for an NVIDIA GPU (``ir.cuda``): a ``CudaKernel``, or the PTX
+    with ``emit="ptx"`` (no GPU needed) or the NVPTX LLVM IR with ``emit="llvm"``. Layout
+    rewrite applies where the target's back end supports it (the CPU's).
 
     With ``layout_rewrite``, constant inputs (``placeholder(..., constant=True)``) are stored
     in the order the program reads them: the kernel then takes the packed array, made once
     with ``kernel.pack(name, array)``, in that argument's place.
 
-    With no ``state``, a schedule provider installed by ``build_with`` (e.g. under
+    With no ``state`` and the host CPU's target, a schedule provider installed by ``build_with`` (e.g. under
     ``autosched.apply_history_best``) may supply the program and its ``layout_rewrite``."""
     from .dag import ComputeDAG
     if not isinstance(dag, ComputeDAG):
         raise TypeError(f"build expects an ir.ComputeDAG, got {type(dag).__name__}")
     if state is not None and state.dag is not dag:
         raise ValueError("the state was made from another ComputeDAG than the one given to build")
-    if target is not None and target_kind(target) == "gpu":
-        from .build_cuda import build_cuda
-        return build_cuda(dag, state, name, target, emit)
-    if emit != "kernel":
-        raise ValueError(f"emit={emit!r} is for target='cuda'; a CPU build returns a Kernel")
-    if state is None:
+    target = Target.parse(target)
+    backend = target.backend
+    if state is None and target == Target.host():  # (providers answer with this CPU's programs)
         state, provided_rewrite = _provided_program(dag)
         layout_rewrite = provided_rewrite if layout_rewrite is None else layout_rewrite
-    lowered = lower(state, name, bool(layout_rewrite))
-    text = generate(lowered, name)
-    return Kernel(dag, state, lowered, text, CompiledModule(text, name))
+    elif state is None:
+        state = dag.init_state()
+    if layout_rewrite and not backend.layout_rewrite:
+        raise ValueError(f"layout_rewrite=True does not apply to target {str(target)!r}: its kernels take the "
+                         "inputs as given")
+    return backend.build(dag, state, name, target, emit, bool(layout_rewrite))
 
 
 # Schedule providers (e.g. autosched.apply_history_best): consulted by ``build`` when no

@@ -139,6 +139,17 @@ def seq(stmts) -> Stmt:
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
 
 
+def children(s: Stmt) -> tuple:
+    """The statements directly inside ``s`` (the walk every pass and code generator shares)."""
+    if isinstance(s, Seq):
+        return s.stmts
+    if isinstance(s, (For, Allocate, Pragma)):
+        return (s.body,)
+    if isinstance(s, IfThenElse):
+        return (s.then,) if s.otherwise is None else (s.then, s.otherwise)
+    return ()
+
+
 def nest_trips(s: Stmt) -> int:
     """Iterations of the deepest path through a loop nest: what ``auto_unroll_max_step``
     compares with (code generation unrolls by it, features count what it unrolls)."""

@@ -18,7 +18,7 @@ from .index_check import in_range, runtime_checked
 from .layout import plan_all
 from .padding import skip_padding
 
-_LOOP_KIND = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
+LOOP_KIND = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
 #: attached buffers live on the stack (thread-private inside parallel loops); larger is an error
 MAX_LOCAL_BYTES = 8 << 20
 
@@ -42,10 +42,10 @@ class LoweredFunc:
 
 
 class Lowering:
-    """Lowering for the CPU; ``ir.lower_gpu.GPULowering`` extends it for the cuda target
+    """Lowering for the CPU; ``ir.cuda.lower.GPULowering`` extends it for the cuda target
     (thread bindings, shared memory and barriers, cross-thread reductions)."""
     #: iterator annotation -> loop kind; GPU bindings are not among them
-    loop_kinds = _LOOP_KIND
+    loop_kinds = LOOP_KIND
     #: padding taps skipped by branches around whole blocks (``ir.padding``)
     partition_padding = True
     #: ... and loops cut into their edge and middle pieces where one loop decides them
@@ -155,12 +155,12 @@ class Lowering:
             if body.condition is not None:
                 cond = self.simplify(self.expr(E.substitute(body.condition, axis_map)))
                 combined = E.Select(cond, combined, acc)
-            update = _guarded(Store(buf, index, combined), guards)
+            update = guarded(Store(buf, index, combined), guards)
             init = Store(buf, index, body.identity())
             nest = self._reduction_nest(idx, st, update, init, guards)
         else:
             value = self.simplify(self.expr(E.substitute(body, axis_map)))
-            nest = self._loops(idx, st.iters, 0, _guarded(Store(buf, index, value), guards))
+            nest = self._loops(idx, st.iters, 0, guarded(Store(buf, index, value), guards))
         if st.auto_unroll_max_step:
             nest = Pragma("auto_unroll_max_step", st.auto_unroll_max_step, nest)
         return nest
@@ -173,7 +173,7 @@ class Lowering:
         space_vars = {id(it.var) for it in st.iters if it.kind == "space"} | \
             {id(v) for g in guards for v in E.free_vars(g)} - {id(it.var) for it in st.iters}
         init_guards = [g for g in guards if all(id(v) in space_vars for v in E.free_vars(g))]
-        init_nest = _plain_loops(inner_space, _guarded(init, init_guards))
+        init_nest = _plain_loops(inner_space, guarded(init, init_guards))
         main = self._loops(idx, st.iters[first:], first, update)
         if self.partition_padding:
             main = skip_padding(main, self.cut_padding_loops)
@@ -193,7 +193,7 @@ class Lowering:
             if kind is None:
                 raise LoweringError(f"iterator '{it.name}' of '{self.state.stages[idx].name}' is bound to "
                                     f"{it.annotation}, a GPU thread binding: build it for target='cuda' "
-                                    "(ir.lower_gpu), not for the CPU")
+                                    "(ir.cuda.lower), not for the CPU")
             body = For(it.var, it.extent, kind, body, it.name)
         return body
 
@@ -206,12 +206,12 @@ def _plain_loops(iters, body: Stmt) -> Stmt:
     """Loops of a reduction's init: unrolled/vectorised like the main nest (so a register
     tile is initialised with constant indices) but never parallel."""
     for it in reversed(iters):
-        kind = _LOOP_KIND[it.annotation] if it.annotation in ("unroll", "vectorize") else "serial"
+        kind = LOOP_KIND[it.annotation] if it.annotation in ("unroll", "vectorize") else "serial"
         body = For(it.var, it.extent, kind, body, it.name)
     return body
 
 
-def _guarded(stmt: Stmt, guards) -> Stmt:
+def guarded(stmt: Stmt, guards) -> Stmt:
     return IfThenElse(E.all_of(guards), stmt) if guards else stmt
 
 

@@ -7,7 +7,7 @@ innermost loop is entered, so it is checked there once, as a branch around every
 inside, and dropped from the select. A 3x3 convolution of a 7x7 image (pad 1) spends 18 %
 of its multiply-adds on padding taps otherwise; TVM's loop partition does the same. What
 stays in the select (a conjunct decided only in small inner blocks) the code generator
-decides where unrolled loops make it constant (``ir.codegen.cpu``).
+decides where unrolled loops make it constant (``ir.llvm_codegen``).
 
 A conjunct decided only in a small inner block can still hold for a whole block further
 out: in a tile of 7 output rows of a 7x7 image, ``1 <= row + kernel_row <= 7`` holds for every

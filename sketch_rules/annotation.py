@@ -193,7 +193,7 @@ class Unroll(InitRule):
     name = "unroll"
 
     def apply(self, ctx, state, rng):
-        choices = AUTO_UNROLL_CHOICES_GPU if ctx.target_kind == "gpu" else AUTO_UNROLL_CHOICES_CPU
+        choices = ctx.space.auto_unroll_choices
         for stage_id, st in enumerate(state.stages):
             if st.is_placeholder or st.compute_at == "inline" or not any(it.kind == "reduce" for it in st.iters):
                 continue

@@ -4,32 +4,30 @@ from __future__ import annotations
 
 import ir
 
-from .cpu_rules import cpu_rules
-from .gpu_rules import gpu_rules
 from .rule import Condition, SketchContext, SketchRule
+from .spaces import search_space
 
-#: globally registered rules: (rule, target kind, position), position = ("first",),
+#: globally registered rules: (rule, search space name, position), position = ("first",),
 #: ("before", name) or ("after", name) relative to the built-in rules
 _REGISTERED: list[tuple[SketchRule, str, tuple]] = []
 
 
 def register_sketch_rule(rule: SketchRule, *, before: str | None = None, after: str | None = None,
-                         target: str = "cpu") -> SketchRule:
-    """Add a derivation rule to every task of ``target`` ("cpu" or "gpu"). By default it is
+                         space: str = "cpu") -> SketchRule:
+    """Add a derivation rule to every task of search ``space`` ("cpu" or "gpu": the
+    ``search_space`` of the targets' back ends). By default it is
     tried first; ``before="multi_level_tiling"`` or ``after="always_inline"`` place it
     relative to a built-in rule (by its ``name``). Returns the rule (for unregistering)."""
     if not isinstance(rule, SketchRule):
         raise TypeError(f"register_sketch_rule expects a SketchRule, got {type(rule).__name__}")
     if before is not None and after is not None:
         raise ValueError("give at most one of before= and after=")
-    if target not in ("cpu", "gpu"):
-        raise ValueError(f"target must be 'cpu' or 'gpu', got {target!r}")
-    names = {r.name for r in (cpu_rules() if target == "cpu" else gpu_rules())}
+    names = {r.name for r in search_space(space).sketch_rules()}
     anchor = before or after
     if anchor is not None and anchor not in names:
-        raise ValueError(f"no built-in {target} rule named {anchor!r}; the built-in rules are {sorted(names)}")
+        raise ValueError(f"no built-in {space} rule named {anchor!r}; the built-in rules are {sorted(names)}")
     position = ("first",) if anchor is None else ("before" if before else "after", anchor)
-    _REGISTERED.append((rule, target, position))
+    _REGISTERED.append((rule, space, position))
     return rule
 
 
@@ -37,12 +35,14 @@ def unregister_sketch_rule(rule: SketchRule) -> None:
     _REGISTERED[:] = [entry for entry in _REGISTERED if entry[0] is not rule]
 
 
-def rules_for(target_kind: str = "cpu", custom_rules=None) -> list[SketchRule]:
-    """The rules of a task in the order they are tried: per-task custom rules, then the
-    built-in rules with the registered ones placed where they asked to be."""
-    rules = cpu_rules() if target_kind == "cpu" else gpu_rules()
-    for rule, target, position in _REGISTERED:
-        if target != target_kind:
+def rules_for(space: str = "cpu", custom_rules=None) -> list[SketchRule]:
+    """The rules of search ``space`` (a name, a task or a target) in the order they are
+    tried: per-task custom rules, then the built-in rules with the registered ones placed
+    where they asked to be."""
+    space = search_space(space)
+    rules = space.sketch_rules()
+    for rule, name, position in _REGISTERED:
+        if name != space.name:
             continue
         if position[0] == "first":
             rules.insert(0, rule)
@@ -52,14 +52,13 @@ def rules_for(target_kind: str = "cpu", custom_rules=None) -> list[SketchRule]:
     return list(custom_rules or []) + rules
 
 
-def generate_sketches(task: ir.SearchTask, rules=None, target_kind: str | None = None,
+def generate_sketches(task: ir.SearchTask, rules=None, space: str | None = None,
                       custom_rules=None) -> list[ir.State]:
     """All sketches of ``task``: terminal states of the derivation, unique by program text.
     ``rules`` replaces the rule list; ``custom_rules`` are tried before the others;
-    ``target_kind`` ("cpu" or "gpu") defaults to the task's."""
-    target_kind = target_kind or task.target_kind
-    ctx = SketchContext(task, target_kind)
-    rules = list(rules) if rules is not None else rules_for(target_kind, custom_rules)
+    ``space`` (a search space's name, "cpu" or "gpu") defaults to the task's target's."""
+    ctx = SketchContext(task, search_space(space or task))
+    rules = list(rules) if rules is not None else rules_for(ctx.space, custom_rules)
     init = task.dag.init_state()
     now = [(init, len(init.stages) - 1)]
     sketches: dict[str, ir.State] = {}

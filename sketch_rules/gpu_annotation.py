@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import ir
 from ir.bounds import SHARED_SCOPE, storage_scope
-from ir.lower_gpu import MAX_THREAD_LOCAL_BYTES, block_limits_violation
+from ir.cuda.lower import MAX_THREAD_LOCAL_BYTES, block_limits_violation
 from ir.steps import AnnotationStep, CacheReadStep, CacheWriteStep, FollowFusedSplitStep, RfactorStep, SplitStep
 
 from . import analysis as A
@@ -156,6 +156,20 @@ def _tiles_fit(hw, lengths: list[tuple], extents: list[int]) -> bool:
     return registers * vthreads * 4 <= MAX_THREAD_LOCAL_BYTES
 
 
+def bind_simple(state: ir.State, stage_id: int, warp_size: int) -> ir.State:
+    """An untiled root stage's outer space loops fused and split by the warp size into
+    blocks and threads (one block of threads when they fit in a warp)."""
+    outer = outer_space_positions(state, stage_id)
+    if not outer:
+        return state
+    state = _fuse(state, stage_id, outer)
+    if state.stages[stage_id].iters[outer[0]].extent <= warp_size:
+        return _bind(state, stage_id, outer[0], "threadIdx.x")
+    state = state.split(stage_id, outer[0], [warp_size])
+    state = _bind(state, stage_id, outer[0], "blockIdx.x")
+    return _bind(state, stage_id, outer[0] + 1, "threadIdx.x")
+
+
 class InitThreadBind(InitRule):
     """Ansor's InitThreadBind (see the module docstring)."""
     name = "thread_bind"
@@ -178,21 +192,10 @@ class InitThreadBind(InitRule):
             if st.compute_at == "root" and stage_id in tiled_roots:
                 state = self._bind_tiled(ctx, state, stage_id)
             elif st.compute_at == "root":
-                state = self._bind_simple(ctx, state, stage_id)
+                state = bind_simple(state, stage_id, ctx.hardware.warp_size)
             elif st.compute_at == "iter" and storage_scope(st) == SHARED_SCOPE:
                 state = self._cooperative_fetch(state, stage_id)
         return state
-
-    def _bind_simple(self, ctx, state, stage_id):
-        outer = outer_space_positions(state, stage_id)
-        if not outer:
-            return state
-        state = _fuse(state, stage_id, outer)
-        if state.stages[stage_id].iters[outer[0]].extent <= ctx.hardware.warp_size:
-            return _bind(state, stage_id, outer[0], "threadIdx.x")
-        state = state.split(stage_id, outer[0], [ctx.hardware.warp_size])
-        state = _bind(state, stage_id, outer[0], "blockIdx.x")
-        return _bind(state, stage_id, outer[0] + 1, "threadIdx.x")
 
     def _bind_tiled(self, ctx, state, stage_id):
         hw = ctx.hardware

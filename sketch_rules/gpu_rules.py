@@ -1,6 +1,6 @@
 """GPU derivation rules (Ansor 4.3): "SSSRRSRS" tiling fused at level 3, shared-memory
 cache reads and cross-thread reduction. They produce States with thread bindings as loop
-annotations, which ``ir.lower_gpu`` lowers for the cuda target."""
+annotations, which ``ir.cuda.lower`` lowers for the cuda target."""
 from __future__ import annotations
 
 import ir

@@ -16,9 +16,11 @@ class Condition(enum.Enum):
 
 @dataclass(frozen=True)
 class SketchContext:
-    """What rules may look at besides the state: the task and its target's kind."""
+    """What rules may look at besides the state: the task and the search space (a
+    ``sketch_rules.spaces.SearchSpace``: the task's target's, unless a caller asks for
+    another's rules)."""
     task: ir.SearchTask
-    target_kind: str = "cpu"  # "cpu" or "gpu" (the task's, unless a caller asks for the other's rules)
+    space: object
 
     @property
     def hardware(self) -> ir.HardwareParams:

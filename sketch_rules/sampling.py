@@ -1,33 +1,28 @@
 """Random programs of a task: a sketch picked at random, completed by the init rules of
-the task's target (``annotation`` for CPUs, ``gpu_annotation`` for GPUs)."""
+the task's search space (``annotation`` for CPUs, ``gpu_annotation`` for GPUs)."""
 from __future__ import annotations
 
 import numpy as np
 
 import ir
 
-from .annotation import InitRule, cpu_init_rules
-from .gpu_annotation import gpu_init_rules
 from .rule import SketchContext
-
-
-def init_rules_for(target_kind: str) -> list[InitRule]:
-    """The initial-population rules of a target kind ("cpu" or "gpu")."""
-    return gpu_init_rules() if target_kind == "gpu" else cpu_init_rules()
+from .spaces import search_space
 
 
 def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: np.random.Generator,
-                    init_rules=None, max_tries: int | None = None, target_kind: str | None = None,
+                    init_rules=None, max_tries: int | None = None, space: str | None = None,
                     on_error=None) -> list[ir.State]:
     """Up to ``n`` unique random programs (unique by ``State.key``): pick a sketch at
-    random, apply every init rule (by default those of the task's target kind); samples a
+    random, apply every init rule (by default those of the search ``space``, default the
+    task's target's: "cpu", "gpu"); samples a
     rule rejects (``ir.InvalidStep``) are dropped. ``on_error(what, exception)``: called for
     a sample that raised anything else, which is then dropped too (without it, the
     exception propagates)."""
     if not sketches:
         raise ValueError("sample_programs: no sketches to sample from")
-    ctx = SketchContext(task, target_kind or task.target_kind)
-    rules = init_rules if init_rules is not None else init_rules_for(ctx.target_kind)
+    ctx = SketchContext(task, search_space(space or task))
+    rules = init_rules if init_rules is not None else ctx.space.init_rules()
     out: dict[str, ir.State] = {}
     tries = 0
     max_tries = max_tries if max_tries is not None else 20 * n + 50

@@ -115,3 +115,67 @@ def test_each_package_imports_alone(package):
     out = subprocess.run([sys.executable, "-c", f"import {package}"], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert out.returncode == 0, out.stderr
+
+
+#: the back ends: the subpackages of ir with a ``backend`` module (one folder per target)
+BACK_ENDS = sorted({m.rsplit(".", 1)[0] for m in MODULES if m.startswith("ir.") and m.endswith(".backend")
+                    and m.count(".") == 2})
+
+
+def _back_end(module: str) -> str | None:
+    return next((b for b in BACK_ENDS if module == b or module.startswith(b + ".")), None)
+
+
+def _private_imports():
+    """(importing module, imported module, name, line) of every ``from M import _name``."""
+    for module, path in MODULES.items():
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        for node in _runtime_imports(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for target in _targets(module, node):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        yield module, target, alias.name, node.lineno
+
+
+def test_the_back_ends_are_folders_of_ir():
+    assert {"ir.cpu", "ir.cuda"} <= set(BACK_ENDS), BACK_ENDS
+
+
+def test_no_back_end_imports_another_or_a_private_name_from_outside():
+    """A back end builds on what the back ends share (``ir.llvm_codegen``, ``ir.lower``...)
+    and on nothing of another back end; the shared modules import no back end; nobody
+    imports a private name across a back end's border."""
+    wrong = []
+    for a, b, d in import_graph().edges(data=True):
+        mine, theirs = _back_end(a), _back_end(b)
+        if theirs is not None and mine is not None and mine != theirs:
+            wrong.append(f"{a} imports {b} (line {d['line']}), of another back end")
+        if theirs is not None and mine is None and a.startswith("ir.") and a != "ir":
+            wrong.append(f"{a} (shared by the back ends) imports {b} (line {d['line']})")
+    for module, target, name, line in _private_imports():
+        if _back_end(module) != _back_end(target) and (_back_end(module) or _back_end(target)):
+            wrong.append(f"{module} imports the private {target}.{name} (line {line})")
+    assert not wrong, wrong
+
+
+def test_the_back_end_check_sees_a_private_import(tmp_path, monkeypatch):
+    """The checker itself: a private name imported from another back end is found."""
+    fake = tmp_path / "gpu_thing.py"
+    fake.write_text("from ..cpu.codegen import _secret\n")
+    monkeypatch.setitem(MODULES, "ir.cuda.gpu_thing", str(fake))
+    monkeypatch.setitem(MODULES, "ir.cpu.codegen", MODULES["ir.cpu.codegen"])
+    found = [(m, t, n) for m, t, n, _ in _private_imports() if m == "ir.cuda.gpu_thing"]
+    assert found == [("ir.cuda.gpu_thing", "ir.cpu.codegen", "_secret")]
+
+
+def test_nobody_compares_target_names():
+    """Callers ask a task's target (its back end, its search space), never its spelling:
+    no module compares a value with a target's name."""
+    import re
+    compare = re.compile(r"""[=!]= *['"](gpu|cuda|cpu|llvm)['"]|['"](gpu|cuda|cpu|llvm)['"] *[=!]=""")
+    found = [f"{module} line {n}: {line.strip()}" for module, path in MODULES.items()
+             for n, line in enumerate(open(path).read().splitlines(), 1) if compare.search(line)]
+    assert not found, found

@@ -23,12 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 import ir
-import sketch_rules.analysis as A
+from sketch_rules import search_space
 from ..records import HistoryBest, UntunedWorkloadWarning
 from ..zero_trial import ZeroTrial
 from .graph import Graph
 from .opdefs import opdef
-from .driver import NativeDriver
 from .memory import ALIGNMENT, MemoryPlan, nbytes, plan_memory
 from .partition import PartitionedGraph
 
@@ -69,87 +68,6 @@ def time_repeats(fn, repeat: int, min_repeat_ms: float = 0.0) -> list[float]:
     return times
 
 
-#: loop iterations below which the default schedule stays on one thread
-_MIN_PARALLEL_WORK = 1 << 16
-#: parallel iterations enough to share among the threads: a loop nest that cannot vectorise
-#: fuses only that many outer loops and keeps the rest serial inside, since a fused loop
-#: pays a division per iteration to recover the indices it fused
-_PARALLEL_ITERATIONS = 128
-
-
-def _vector_lanes(extent: int) -> int:
-    for lanes in (16, 8):
-        if extent % lanes == 0 and extent > lanes:
-            return lanes
-    return 0
-
-
-def _enough_parallel(space_iters) -> list[str]:
-    """The leading space loops whose product first reaches ``_PARALLEL_ITERATIONS`` (all of
-    them if it never does): e.g. the input layout transpose (1, 224, 224, 3) fuses (n, h) and
-    runs (w, c) as plain loops, instead of one fused loop of 150528 divisions."""
-    names, product = [], 1
-    for it in space_iters:
-        names.append(it.name)
-        product *= it.extent
-        if product >= _PARALLEL_ITERATIONS:
-            break
-    return names
-
-
-def _annotate_stage(state: ir.State, sid: int) -> ir.State:
-    """Parallel outer loops and a vectorised innermost space loop (moved inside the
-    reduction loops, so that each vector lane accumulates its own output)."""
-    st = state.stages[sid]
-    spaces = [it.name for it in st.iters if it.kind == "space"]
-    reduces = [it.name for it in st.iters if it.kind == "reduce"]
-    if not spaces:
-        return state
-    last = state.stages[sid].iters[len(spaces) - 1]
-    outer, inner = spaces[:-1], None
-    lanes = _vector_lanes(last.extent)
-    if lanes:
-        state = state.split(sid, last.name, [lanes])
-        outer, inner = spaces[:-1] + [f"{last.name}.0"], f"{last.name}.1"
-    elif last.extent in (2, 4, 8, 16) and not reduces:
-        inner = last.name
-    else:
-        outer = _enough_parallel(st.iters[:len(spaces)])
-    if reduces and inner is not None:
-        state = state.reorder(sid, outer + reduces + [inner])
-    if len(outer) > 1:
-        state = state.fuse(sid, outer)
-        outer = ["@".join(outer) + "@"]
-    work = 1
-    for it in state.stages[sid].iters:
-        work *= it.extent
-    if outer and work >= _MIN_PARALLEL_WORK:   # a parallel region costs a wake-up of the threads
-        state = state.parallel(sid, outer[0])
-    if inner is not None:
-        state = state.vectorize(sid, inner)
-    return state
-
-
-def default_schedule(dag: ir.ComputeDAG) -> ir.State:
-    """The program an untuned workload runs: cheap elementwise stages inlined (as Ansor's
-    AlwaysInline), each remaining stage's outer space loops fused and parallel and its
-    innermost space loop vectorised when its extent allows; a stage where that does not
-    apply keeps its naive loops."""
-    state = dag.init_state()
-    for sid in reversed(range(len(state.stages))):
-        if A.should_always_inline(state, sid):
-            state = state.compute_inline(sid)
-    for sid in range(len(state.stages)):
-        st = state.stages[sid]
-        if st.is_placeholder or st.compute_at != "root":
-            continue
-        try:
-            state = _annotate_stage(state, sid)
-        except ir.InvalidStep:
-            pass
-    return state
-
-
 def _runtime_inputs(sg) -> list:
     return [n for n in sg.inputs if not n.is_const]
 
@@ -171,13 +89,20 @@ class _Program:
     state: ir.State
     layout_rewrite: bool
     tuned: bool
-    kernel: ir.Kernel = None
+    kernel: object = None
     zero_trial: bool = False
 
 
+def default_schedule(dag: ir.ComputeDAG, target=None) -> ir.State:
+    """The program an untuned workload runs on ``target`` (default this CPU): its search
+    space's default schedule (``sketch_rules.default_schedules``)."""
+    target = ir.Target.parse(target)
+    return search_space(target).default_schedule(dag, target.hardware)
+
+
 def _zero_trial_program(zero_trial: ZeroTrial, dag: ir.ComputeDAG) -> _Program | None:
-    """The zero-trial program of an untuned task (ranked against its default schedule), or
-    None (with a warning) if the search finds none."""
+    """The zero-trial program of an untuned task on this CPU (ranked against its default
+    schedule), or None (with a warning) if the search finds none."""
     try:
         state = zero_trial.program(dag, candidates=[default_schedule(dag)])
     except ValueError as err:
@@ -190,23 +115,30 @@ def _zero_trial_program(zero_trial: ZeroTrial, dag: ir.ComputeDAG) -> _Program |
 class GraphExecutor:
     """A network ready to run: ``run(*inputs)``, ``benchmark()``, ``verify()``.
 
-    ``states``: the tuned program of each workload, by workload key (e.g. from
-    ``NetworkTuneResult.best_states``); ``log_file``: a tuning log whose best records are
-    used for workloads not in ``states`` (records of ``target``, default this host's).
+    ``target``: what the kernels are built for and run on (an ``ir.Target`` or its
+    spelling; default this CPU). ``states``: the tuned program of each workload, by
+    workload key (e.g. from ``NetworkTuneResult.best_states``); ``log_file``: a tuning log
+    whose best records of ``target`` are used for workloads not in ``states``.
     ``kernel_cache``: a dict that keeps compiled kernels by workload and program, for
     executors made one after another while tuning goes on (only new programs compile).
     ``layout_rewrite``: how tuned ``states`` are built (as they were measured).
     ``base_model``: whose zero-trial programs untuned tasks run ("default": the shipped
-    model; None: the default schedule)."""
+    model, where the target's back end has one; None: the default schedule).
+    ``emulate``: run the kernels on this CPU through the target's emulator (the cuda
+    target's: slow, for checking programs without a GPU)."""
 
     def __init__(self, partitioned: PartitionedGraph, states: dict | None = None, log_file=None,
-                 target: str | None = None, layout_rewrite: bool = True, warn_untuned: bool = True,
-                 kernel_cache: dict | None = None, base_model="default"):
+                 target=None, layout_rewrite: bool = True, warn_untuned: bool = True,
+                 kernel_cache: dict | None = None, base_model="default", emulate: bool = False):
         self.partitioned = partitioned
         self.graph = partitioned.graph
+        self.target = ir.Target.parse(target)
+        if base_model not in (None, "default") and not self.target.backend.base_model:
+            raise ValueError(f"base_model={base_model!r} does not apply to target {str(self.target)!r}: the base "
+                             "model knows the programs of this CPU only")
         t0 = time.perf_counter()
-        self.programs, self.untuned = self._build_programs(states, log_file, target, layout_rewrite, kernel_cache,
-                                                           base_model)
+        self.programs, self.untuned = self._build_programs(states, log_file, layout_rewrite, kernel_cache,
+                                                           base_model if self.target.backend.base_model else None)
         self.build_seconds = time.perf_counter() - t0
         if self.untuned and warn_untuned:
             names = ", ".join(w.desc for w in self.untuned[:5]) + (" ..." if len(self.untuned) > 5 else "")
@@ -221,16 +153,19 @@ class GraphExecutor:
         #: (subgraph, kernel, arguments) of each kernel call, in run order (reshapes are views, not calls)
         self.calls = [(sg, self.programs[sg.workload.workload_key].kernel, self._arguments(sg))
                       for sg in partitioned.subgraphs if not _is_alias(sg)]
-        self._driver = NativeDriver([kernel.native_call(*args) for _, kernel, args in self.calls])
+        self._driver = self.target.backend.sequence([(kernel, args) for _, kernel, args in self.calls],
+                                                    [self._buffers[id(n)] for n in self.graph.inputs],
+                                                    [self._buffers[id(n)] for n in self.graph.outputs], emulate)
 
-    def _build_programs(self, states, log_file, target, layout_rewrite, kernel_cache,
-                        base_model) -> tuple[dict, list]:
+    def _build_programs(self, states, log_file, layout_rewrite, kernel_cache, base_model) -> tuple[dict, list]:
         """The compiled program of every workload that needs a kernel, and the tasks that
         had no tuned program."""
         states = dict(states or {})
+        target = self.target
+        layout_rewrite = layout_rewrite and target.backend.layout_rewrite
         history = None
         if log_file is not None:
-            history = HistoryBest(log_file, target if target is not None else ir.host_target())
+            history = HistoryBest(log_file, str(target))
         zero_trial = None
         programs, untuned = {}, []
         for w in self.partitioned.workloads:
@@ -252,11 +187,11 @@ class GraphExecutor:
                 if zero_trial:
                     prog = _zero_trial_program(zero_trial, w.dag)
             if prog is None:
-                prog = _Program(default_schedule(w.dag), False, False)
-            key = (w.workload_key, str(prog.state), prog.layout_rewrite)
+                prog = _Program(default_schedule(w.dag, target), False, False)
+            key = (w.workload_key, str(prog.state), prog.layout_rewrite, str(target))
             prog.kernel = kernel_cache.get(key) if kernel_cache is not None else None
             if prog.kernel is None:
-                prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite)
+                prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite, target=target)
                 if kernel_cache is not None:
                     kernel_cache[key] = prog.kernel
             programs[w.workload_key] = prog
@@ -303,11 +238,13 @@ class GraphExecutor:
             if x.shape != node.shape:
                 raise ValueError(f"input '{node.name}' has shape {x.shape}, the network expects {node.shape}")
             np.copyto(self._buffers[id(node)], x, casting="same_kind")
+        self._driver.write_inputs()
 
     def run(self, *inputs) -> list[np.ndarray]:
         """The network's outputs on ``inputs`` (copies)."""
         self._set_inputs(inputs)
         self._run()
+        self._driver.read_outputs()
         return [self._buffers[id(o)].copy() for o in self.graph.outputs]
 
     def benchmark(self, *inputs, repeat: int = 10, min_repeat_ms: float = 0.0) -> dict:

@@ -93,9 +93,10 @@ class Workload:
                           opdef(main.kind).pattern == ANCHOR)
         return f"{self.name}({shapes})"
 
-    def search_task(self, layout_rewrite: bool = True, hardware=None) -> ir.SearchTask:
-        kwargs = {"hardware": hardware} if hardware is not None else {}
-        return ir.SearchTask(self.dag, layout_rewrite=layout_rewrite, desc=self.desc, **kwargs)
+    def search_task(self, layout_rewrite: bool = True, target=None) -> ir.SearchTask:
+        """The task of tuning this workload for ``target`` (an ``ir.Target`` or its spelling;
+        default this CPU)."""
+        return ir.SearchTask(self.dag, target=target, layout_rewrite=layout_rewrite, desc=self.desc)
 
     def __repr__(self) -> str:
         return f"Workload({self.index}: {self.desc} x{self.weight}, {PATTERN_NAMES[self.pattern]})"

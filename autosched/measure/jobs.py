@@ -12,6 +12,7 @@ import io
 import os
 import pickle
 import statistics
+import sys
 import time
 import traceback
 from collections import OrderedDict
@@ -20,9 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ir
-from ir.codegen import generate
-from ir.lower import lower
-from ir.runtime import can_evict, compile_object, evict_from_caches, load_kernel, native_timer
+from ir.cpu.runtime import can_evict, evict_from_caches
 
 from .common import MeasureErrorNo, short
 from .verify import DEFAULT_SEED, Reference, compare, compute_reference, output_buffers, random_inputs
@@ -36,6 +35,9 @@ RETIRE_CONFIRM_S = 5e-3
 KERNEL_NAME = "measured_kernel"
 #: what measurement workers import before they take jobs
 WORKER_PRELOAD = ("numpy", "ir", "autosched.measure.jobs")
+#: the exit status of a runner worker that ended itself after a kernel broke its process
+#: (``Backend.breaks_process``: a GPU context a faulting kernel left unusable)
+FAULT_EXIT_STATUS = 70
 
 _tasks: "OrderedDict[str, object]" = OrderedDict()
 _references: "OrderedDict[tuple, Reference]" = OrderedDict()
@@ -73,17 +75,18 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-6:])}"
 
 
-def _other_cpu(task) -> str | None:
-    """Why this machine cannot build or run ``task``'s programs (None: it can): a CPU task
-    names the CPU it targets, and code compiled or timed on another CPU (another machine
-    of a Dask cluster) would be wrong for it."""
-    if task.target_kind != "cpu" or "-mcpu=" not in str(task.target):
-        return None
-    here = ir.host_target()
-    if str(task.target) == here:
-        return None
-    return (f"this machine is {here!r} but the task targets {task.target!r}: its programs must be built and run "
-            "on machines of the target's CPU")
+def _guarded(backend, fn):
+    """``fn`` that ends this worker process when what it raises breaks the process for
+    further programs (the pool records a runtime error and starts a fresh worker)."""
+    def call(*args):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if not backend.breaks_process(exc):
+                raise
+            print(f"autosched: the program broke this runner process ({exc}); it ends", file=sys.stderr, flush=True)
+            os._exit(FAULT_EXIT_STATUS)
+    return call
 
 
 # building ------------------------------------------------------------------------------
@@ -94,7 +97,8 @@ def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rew
     ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
-    wrong = _other_cpu(task)
+    backend = task.target.backend
+    wrong = backend.foreign(task.target)
     if wrong:
         return _error(MeasureErrorNo.COMPILE_HOST, wrong, t0)
     try:
@@ -104,12 +108,7 @@ def build_job(task_key: str, task_payload: bytes, step_records: list, layout_rew
     try:
         if hook is not None:
             hook.build(state)
-        if task.target_kind == "gpu":  # the cuda target: PTX (and a cubin) with its launch plan
-            from .cuda import build_cuda_object
-            obj, layouts = build_cuda_object(task, state, KERNEL_NAME), {}
-        else:
-            lowered = lower(state, KERNEL_NAME, layout_rewrite)
-            obj, layouts = compile_object(generate(lowered, KERNEL_NAME)), dict(lowered.layouts or {})
+        obj, layouts = backend.compile(task.target, state, KERNEL_NAME, layout_rewrite)
     except ir.InvalidStep as exc:
         return _error(MeasureErrorNo.INSTANTIATION_ERROR, f"invalid program: {exc}", t0)
     except Exception as exc:
@@ -243,17 +242,13 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     (``hook``: see ``MeasureInput``)."""
     t0 = time.perf_counter()
     task = task_of(task_key, task_payload)
-    wrong = _other_cpu(task)
+    backend = task.target.backend
+    wrong = backend.foreign(task.target)
     if wrong:
         return _error(MeasureErrorNo.RUNTIME_DEVICE, wrong, t0)
     dag = task.dag
-    gpu = task.target_kind == "gpu"
     try:
-        if gpu:
-            from .cuda import load_cuda_kernel
-            kernel = load_cuda_kernel(dag, obj)
-        else:
-            kernel = load_kernel(dag, obj, name, layouts)
+        kernel = backend.load(dag, obj, name, layouts)
     except Exception as exc:
         return _error(MeasureErrorNo.RUNTIME_DEVICE, f"could not load the compiled program: {_describe(exc)}", t0)
     ref = _reference(task_key, dag, opts.seed, reference_path) if opts.verify else None
@@ -272,9 +267,9 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     try:
         t1 = time.perf_counter()
         if hook is None:
-            kernel(*args)
+            _guarded(backend, kernel)(*args)
         else:
-            hook.call(kernel, args, outputs)
+            _guarded(backend, hook.call)(kernel, args, outputs)
         kernel_time = _elapsed(t1)
     except Exception as exc:
         return _error(MeasureErrorNo.RUNTIME_DEVICE, f"the program raised: {_describe(exc)}", t0)
@@ -282,7 +277,7 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         mismatch = compare(outputs, ref)
         if mismatch:
             return _error(MeasureErrorNo.WRONG_ANSWER, mismatch, t0)
-    run = kernel.timer(*args) if gpu else native_timer(kernel, *args)
+    run = _guarded(backend, _guarded(backend, backend.timer)(kernel, *args))
     known = [f for f in (_fastest.get(task_key), opts.fastest) if f]
     fastest = min(known) if known else None
     slow = opts.slow_single_repeat * fastest if fastest and opts.slow_single_repeat else float("inf")
@@ -312,7 +307,7 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
             break
         if opts.cache_flush:
             flush_cpu_cache()
-        elif opts.cold_constants and constants and not gpu:  # (elsewhere than x86: all of the caches)
+        elif opts.cold_constants and constants and backend.host_memory:  # (elsewhere than x86: all of the caches)
             evict_from_caches(constants) if can_evict() else flush_cpu_cache()
         seconds = run(number)
         kernel_time += seconds

@@ -94,9 +94,9 @@ def test_the_console_shows_no_traceback(tmp_path):
 
 def interrupted_tuning(records):
     """An auto_schedule that saves ``records`` records, then sees Ctrl-C."""
-    def tune(task, trials, log_file=None, **kwargs):
-        if log_file:
-            with open(log_file, "a") as f:
+    def tune(task, options):
+        if options.log_file:
+            with open(options.log_file, "a") as f:
                 f.writelines('{"r": %d}\n' % i for i in range(records))
         raise KeyboardInterrupt
     return tune
@@ -118,8 +118,8 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path, monkeypatch, cap
 
 
 def test_a_full_disk_is_one_line_and_exit_code_1(tmp_path, monkeypatch, capsys):
-    def tune(task, trials, log_file=None, **kwargs):
-        raise OSError(28, "No space left on device", log_file)
+    def tune(task, options):
+        raise OSError(28, "No space left on device", options.log_file)
     monkeypatch.setattr(autosched.tune, "auto_schedule", tune)
     log = str(tmp_path / "log.json")
     assert cli.main(["tune", GMM, "--log-file", log]) == 1
@@ -196,11 +196,11 @@ def test_command_line_tunes_a_network(monkeypatch, capsys, tmp_path):
         seen["batch"] = batch
         return small_network(batch, seed)
 
-    def tune(*args, **kwargs):
-        seen["measure_batch"] = kwargs["measure_batch"]
-        seen["time_budget_s"] = kwargs["time_budget_s"]
-        seen["retime_best"] = kwargs["retime_best"]
-        return real(*args, search_params=SearchParams(population=32, generations=1, init_min_population=8),
+    def tune(part, options, **kwargs):
+        seen["measure_batch"] = options.measure_batch
+        seen["time_budget_s"] = options.time_budget_s
+        seen["retime_best"] = options.retime_best
+        return real(part, options, search_params=SearchParams(population=32, generations=1, init_min_population=8),
                     cost_model="random", builder=autosched.LocalBuilder(executor=pools[0]),
                     runner=autosched.LocalRunner(min_repeat_ms=2, repeat=3, executor=pools[1]), **kwargs)
 

@@ -11,7 +11,7 @@ import autosched
 import ir
 import sketch_rules as SR
 from autosched import LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, ProgramMeasurer, ops
-from ir.cuda_runtime import device_attributes
+from ir.cuda.runtime import device_attributes
 
 HAS_GPU = device_attributes() is not None
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA device: needs an NVIDIA GPU, its driver and cuda-python")
@@ -84,3 +84,51 @@ def test_the_command_line_prints_gpu_sketches_and_programs(capsys):
     assert main(["sketches", "GMM-1x128x128x128", "--target", "cuda", "--samples", "1"]) == 0
     out = capsys.readouterr().out
     assert "A.shared" in out and "blockIdx.x" in out and "threadIdx.x" in out
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the error of a machine without a GPU")
+@pytest.mark.parametrize("command", [["tune", "--network", "resnet50", "--trials", "4"],
+                                     ["tune", "GMM-1x128x128x128", "--trials", "4"], ["build", "GMM-1x128x128x128"]])
+def test_tuning_a_network_for_cuda_without_a_gpu_fails_in_one_line_and_tunes_nothing(command, capsys, monkeypatch):
+    from autosched import networks
+    from autosched.cli import main
+    monkeypatch.setattr(networks, "tune_networks", lambda *a, **k: pytest.fail("the CPU was tuned"))
+    monkeypatch.setattr(autosched.tune, "tune_tasks", lambda *a, **k: pytest.fail("something was tuned"))
+    monkeypatch.setattr(ir, "build", lambda *a, **k: pytest.fail("something was built"))
+    assert main([*command, "--target", "cuda"]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1 and not captured.out
+    assert captured.err.startswith("autosched: error: target 'cuda': ")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the error of a machine without a GPU")
+def test_tune_networks_for_cuda_without_a_gpu_says_no_device_found():
+    from autosched.graph import get_network
+    with pytest.raises(ir.NoCudaDevice):
+        autosched.tune_networks(get_network("dcgan"), trials=4, target="cuda", verbose=0)
+
+
+def test_the_command_line_refuses_a_base_model_for_cuda(capsys, tmp_path):
+    from autosched.cli import main
+    model = tmp_path / "base.json"
+    model.write_text("{}")
+    assert main(["tune", "GMM-1x128x128x128", "--target", "cuda", "--trials", "0", "--base-model", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("autosched: error: --base-model does not apply to --target cuda -arch=sm_")
+
+
+def test_targets_parse_from_every_spelling_and_refuse_unknown_ones():
+    host = ir.Target.host()
+    assert ir.Target.parse("cpu") == ir.Target.parse("llvm") == ir.Target.parse(str(host)) == host
+    assert ir.Target.parse("gpu") == ir.Target.parse("cuda") == ir.Target.parse(str(ir.Target.parse("cuda")))
+    sm80 = ir.Target.parse("cuda -arch=sm_80")
+    assert str(sm80) == "cuda -arch=sm_80" and sm80.device == "sm_80" and sm80.hardware.is_gpu
+    assert ir.Target.parse(sm80) is sm80 and ir.SearchTask(ir.ComputeDAG(
+        ops.suite_workload("GMM-1x128x128x128").tensors), target=sm80).target is sm80
+    for bad, message in [("rocm", "unknown target 'rocm'"), ("cuda -arch", "not of the form -key=value"),
+                         ("llvm -arch=sm_80", "takes -mcpu=NAME only"), ("", "unknown target ''")]:
+        with pytest.raises(ValueError, match=message):
+            ir.Target.parse(bad)
+    with pytest.raises(ValueError, match="needs GPU hardware parameters"):
+        ir.Target.parse("cuda", host.hardware)

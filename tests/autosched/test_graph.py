@@ -235,7 +235,7 @@ def test_openmp_threads_spin_briefly_unless_the_user_chose():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     run = lambda extra: subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True,  # noqa: E731
                                        text=True, check=True).stdout.strip()
-    from ir.runtime import OPENMP_SPIN_COUNT
+    from ir.cpu.runtime import OPENMP_SPIN_COUNT
     assert run({}) == str(OPENMP_SPIN_COUNT)
     assert run({"GOMP_SPINCOUNT": "5"}) == "5"
     assert run({"OMP_WAIT_POLICY": "active"}) == "None"

@@ -110,8 +110,8 @@ def test_a_network_whose_weights_exceed_the_last_level_cache_is_timed_with_cold_
     class Measured(Exception):
         pass
 
-    def tune_tasks(scheduler, policies, model, runner, **kw):
-        made.append(runner)
+    def tune_tasks(scheduler, policies, model, options, trials, **kw):
+        made.append(options.runner)
         raise Measured  # what the runner does is test_measure.py's
 
     monkeypatch.setattr(networks, "tune_tasks", tune_tasks)
@@ -127,3 +127,34 @@ def test_tune_networks_arguments():
         autosched.tune_networks(42, trials=4)
     with pytest.raises(ValueError, match="unknown network"):
         autosched.tune_networks("alexnet", trials=4)
+
+
+def test_one_options_object_serves_both_front_doors_and_keywords_replace_its_fields(monkeypatch):
+    """``auto_schedule`` and ``tune_networks`` take the same ``TuneOptions`` (or its fields as
+    keywords, which win); a keyword that is no option is a TypeError naming the options."""
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def tune_tasks(scheduler, policies, model, options, trials, **kw):
+        seen.append((options, trials))
+        raise Stop
+
+    monkeypatch.setattr(networks, "tune_tasks", tune_tasks)
+    monkeypatch.setattr(autosched.tune, "tune_tasks", tune_tasks)
+    options = autosched.TuneOptions(trials=3, measure_batch=2, seed=5, cost_model="random", records_db=None,
+                                    verbose=0)
+    with pytest.raises(Stop):
+        autosched.tune_networks(tiny(), options)
+    with pytest.raises(Stop):
+        autosched.auto_schedule(ir.ComputeDAG(autosched.ops.suite_workload("GMM-1x128x128x128").tensors), options,
+                                measure_batch=4)
+    (net, net_trials), (one, one_trials) = seen
+    assert (net_trials, one_trials) == (3, 3) and net.seed == one.seed == 5
+    assert net.measure_batch == 2 and one.measure_batch == 4 and options.measure_batch == 2
+    assert autosched.TuneOptions(verbose=0).trials_for(7) == 7000
+    with pytest.raises(TypeError, match="unexpected keyword argument 'trails'; the tuning options are"):
+        autosched.auto_schedule(ir.ComputeDAG(autosched.ops.suite_workload("GMM-1x128x128x128").tensors), trails=4)
+    with pytest.raises(ValueError, match="trials must be >= 0"):
+        autosched.TuneOptions(trials=-1)

@@ -83,7 +83,7 @@ def test_record_round_trip_and_replay(task, tmp_path):
     rec = record(task, state, 2e-6)
     line = rec.to_json()
     d = json.loads(line)
-    assert d["v"] == 1 and d["workload_key"] == task.workload_key and d["target"] == task.target
+    assert d["v"] == 1 and d["workload_key"] == task.workload_key and d["target"] == str(task.target)
     assert d["steps"] == [s.record() for s in state.steps] and d["costs"] == [2e-6, 2e-6]
     assert d["error_no"] == 0 and d["desc"] == "mm16" and d["hardware"]["num_cores"] == os.cpu_count()
     again = TuningRecord.from_json(line)

@@ -90,7 +90,7 @@ def test_fp32_peak_is_positive_and_physically_possible():
 @pytest.mark.parametrize("lanes, accumulators", [(8, 12), (16, 16)])
 def test_fma_kernel_keeps_every_chain(lanes, accumulators):
     """LLVM must neither merge the independent chains nor fold the FMAs away."""
-    from ir.runtime import optimize, target_machine
+    from ir.cpu.runtime import optimize, target_machine
     asm = target_machine().emit_assembly(optimize(common._fma_peak_ir(lanes, accumulators, unroll=2)))
     assert len(re.findall(r"\bvfmadd\w*", asm)) >= accumulators * 2
 

@@ -6,9 +6,10 @@ import pytest
 import ir
 import sketch_rules as SR
 from autosched import ops
-from evolution import Crossover, RandomModel, SearchParams, SketchPolicy, feature_dict, program_features
-from evolution.gpu_mutation import mutate_gpu
-from ir.lower_gpu import block_limits_violation
+from evolution import Evolution, RandomModel, SearchParams, SketchPolicy, feature_dict, program_features
+from evolution.genes import sketch_length
+from evolution.mutation import mutations_for
+from ir.cuda.lower import block_limits_violation
 from sketch_rules.annotation import AUTO_UNROLL_CHOICES_GPU
 
 
@@ -47,16 +48,21 @@ def test_a_program_over_the_limits_has_no_features(gmm):
 
 
 def test_gpu_mutations_keep_programs_within_the_limits(gmm):
-    task, _, programs = gmm
-    rng = np.random.default_rng(3)
-    children = [mutate_gpu(programs[i % len(programs)], rng, task.hardware) for i in range(60)]
-    children = [c for c in children if c is not None]
+    task, sketches, programs = gmm
+    assert [(m.name, m.weight) for m in mutations_for(task)] == [("tile_size", 0.90), ("auto_unroll", 0.10)]
+    evolution = Evolution(task, RandomModel(), SearchParams(), sketches, np.random.default_rng(3))
+    made = [evolution._mutate(p, sketch_length(p, sketches), 64) for p in programs * 4]
+    children = [c for c in made if c is not None and evolution.runs_on_target(c)]
     assert len(children) > 20
     assert all(block_limits_violation(c, task.hardware) is None for c in children)
     unrolls = {s.auto_unroll_max_step for c in children for s in c.steps if type(s).__name__ == "PragmaStep"}
-    assert unrolls <= set(AUTO_UNROLL_CHOICES_GPU)
-    with pytest.raises(ValueError, match="GPU mutation weights"):
-        mutate_gpu(programs[0], rng, task.hardware, weights={"parallel": 1.0})
+    assert unrolls <= set(AUTO_UNROLL_CHOICES_GPU) and 1024 in AUTO_UNROLL_CHOICES_GPU
+    for weights, message in [({"parallel": 1.0}, "name none of this search space's mutations"),
+                             ({"tile_sizes": 1.0}, "unknown mutation 'tile_sizes'")]:
+        wrong = Evolution(task, RandomModel(), SearchParams(mutation_weights=weights), sketches,
+                          np.random.default_rng(0))
+        with pytest.raises(ValueError, match=message):
+            wrong._mutate(programs[0], sketch_length(programs[0], sketches), 64)
 
 
 def test_the_policy_of_a_gpu_task_drops_children_the_device_cannot_run():

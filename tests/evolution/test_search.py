@@ -13,7 +13,8 @@ from autosched import ops
 from evolution import (Crossover, SearchParams, SketchPolicy, XGBoostModel, mutate_auto_unroll,
                        mutate_compute_location, mutate_parallel, mutate_tile_size, mutate_tile_size_random_walk)
 
-MUTATIONS = [mutate_tile_size, mutate_tile_size_random_walk, mutate_auto_unroll, mutate_parallel,
+MUTATIONS = [mutate_tile_size, mutate_tile_size_random_walk,
+             lambda state, rng: mutate_auto_unroll(state, rng, SR.CPU_SPACE.auto_unroll_choices), mutate_parallel,
              mutate_compute_location]
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
 

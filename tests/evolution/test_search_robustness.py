@@ -6,6 +6,8 @@ The property test runs every mutation and crossover unguarded on programs of man
 workloads, fused subgraphs included; its long variant (``python -m pytest -m long
 tests/evolution/test_search_robustness.py``) runs thousands of evolution steps per workload.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ import sketch_rules as SR
 from autosched import ops
 from evolution import Crossover, SearchParams, SketchPolicy, evolve, islands
 from evolution.genes import sketch_length
-from evolution.mutation import CPU_MUTATION_WEIGHTS, mutate_by, mutate_compute_location
+from evolution.mutation import Mutation, MutationContext, cpu_mutations, draw_mutation, mutate_compute_location
 from tests.autosched.stand_ins import StandInModel
 
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
@@ -88,22 +90,32 @@ def test_a_program_is_taken_for_its_own_sketch_not_a_shorter_one():
 
 
 class _Boom:
-    """A mutation that raises for every other candidate (as a bug in one would)."""
+    """Draws mutations as the evolution does, and makes every other one raise (as a bug in
+    one would)."""
 
     def __init__(self):
         self.calls = 0
 
-    def __call__(self, kind, state, rng, *args):
-        self.calls += 1
-        if self.calls % 2:
+    def __call__(self, rng, mutations, weights=None):
+        return _Raising(draw_mutation(rng, mutations, weights), self)
+
+
+class _Raising(Mutation):
+    def __init__(self, inner: Mutation, boom: _Boom):
+        super().__init__(inner.weight)
+        self.name, self.inner, self.boom = inner.name, inner, boom
+
+    def apply(self, state, rng, ctx):
+        self.boom.calls += 1
+        if self.boom.calls % 2:
             raise KeyError("W.local")
-        return mutate_by(kind, state, rng, *args)
+        return self.inner.apply(state, rng, ctx)
 
 
 def test_an_exception_making_a_candidate_costs_that_candidate_not_the_round(monkeypatch):
     task = suite_task("GMM-1x128x128x128")
     boom = _Boom()
-    monkeypatch.setattr(evolve, "mutate_by", boom)
+    monkeypatch.setattr(evolve, "draw_mutation", boom)
     model = StandInModel()
     model.seen = 100  # ranks from the start
     policy = SketchPolicy(task, model, SearchParams(population=32, generations=2, init_min_population=8,
@@ -119,7 +131,7 @@ def test_an_exception_making_a_candidate_costs_that_candidate_not_the_round(monk
 def test_island_workers_count_rejected_candidates_and_merge_them(monkeypatch):
     """What an island returns (run here: the worker function itself) carries its rejections."""
     task = suite_task("GMM-1x128x128x128")
-    monkeypatch.setattr(evolve, "mutate_by", _Boom())
+    monkeypatch.setattr(evolve, "draw_mutation", _Boom())
     sketches = SR.generate_sketches(task)
     population = SR.sample_programs(task, sketches, 16, np.random.default_rng(0))
     params = SearchParams(population=16, generations=2, islands=2)
@@ -139,7 +151,9 @@ def _evolution_steps(task, steps: int, seed: int) -> int:
     rng = np.random.default_rng(seed)
     pool = SR.sample_programs(task, sketches, 24, rng)
     crossover = Crossover(sketches)
-    kinds = list(CPU_MUTATION_WEIGHTS) + ["random_walk", "crossover"]
+    mutations = {m.name: m for m in cpu_mutations()}
+    kinds = list(mutations) + ["random_walk", "crossover"]
+    ctx = MutationContext(SR.CPU_SPACE.auto_unroll_choices)
     made = 0
     for _ in range(steps):
         a = pool[rng.integers(len(pool))]
@@ -147,9 +161,9 @@ def _evolution_steps(task, steps: int, seed: int) -> int:
         if kind == "crossover":
             child = crossover(a, pool[rng.integers(len(pool))], rng)
         elif kind == "random_walk":
-            child = mutate_by("tile_size", a, rng, random_walk_q=0.5)
+            child = mutations["tile_size"].apply(a, rng, dataclasses.replace(ctx, random_walk_q=0.5))
         else:
-            child = mutate_by(kind, a, rng, decisions_from=sketch_length(a, sketches)[1])
+            child = mutations[kind].apply(a, rng, dataclasses.replace(ctx, decisions_from=sketch_length(a, sketches)[1]))
         if child is None:
             continue
         made += 1

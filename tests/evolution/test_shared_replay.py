@@ -19,7 +19,7 @@ from autosched import ops
 from evolution import Crossover, FeatureExtractor
 from evolution.evolve import fewer_gc_passes
 from evolution.genes import sketch_length
-from evolution.mutation import CPU_MUTATION_WEIGHTS, mutate_by
+from evolution.mutation import MutationContext, cpu_mutations
 from ir import bounds, stage, steps
 from ir.frozen import replace
 from ir.steps import CacheReadStep, CacheWriteStep, RfactorStep, SplitStep
@@ -39,15 +39,16 @@ def evolved_programs(task, n_sampled: int, n_children: int, seed: int = 0) -> li
     rng = np.random.default_rng(seed)
     pool = SR.sample_programs(task, sketches, n_sampled, rng)
     crossover = Crossover(sketches)
-    kinds = list(CPU_MUTATION_WEIGHTS)
+    mutations = cpu_mutations()
     for _ in range(n_children):
         a = pool[int(rng.integers(len(pool)))]
         if rng.random() < 0.3:
             child = crossover(a, pool[int(rng.integers(len(pool)))], rng)
         else:
             k = sketch_length(a, sketches)
-            child = mutate_by(kinds[int(rng.integers(len(kinds)))], a, rng, None, 64,
-                              k[1] if k else len(a.steps))
+            mutation = mutations[int(rng.integers(len(mutations)))]
+            child = mutation.apply(a, rng, MutationContext(SR.CPU_SPACE.auto_unroll_choices, None, 64,
+                                                           k[1] if k else len(a.steps)))
         if child is not None:
             pool.append(child)
     return pool

@@ -141,9 +141,9 @@ def test_time_reports_per_call_seconds(add_kernel):
     np.testing.assert_array_equal(b, a + 1)
 
 
-@pytest.mark.skipif(not __import__("ir.runtime").runtime.can_evict(), reason="clflush needs an x86 CPU")
+@pytest.mark.skipif(not __import__("ir.cpu.runtime").cpu.runtime.can_evict(), reason="clflush needs an x86 CPU")
 def test_evicting_arrays_from_the_caches_keeps_their_values():
-    from ir.runtime import evict_from_caches
+    from ir.cpu.runtime import evict_from_caches
     rng = np.random.default_rng(0)
     a = rng.standard_normal(100_003).astype("float32")
     expected = a.copy()

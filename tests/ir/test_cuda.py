@@ -13,9 +13,9 @@ import pytest
 import ir
 import sketch_rules as SR
 from autosched import ops
-from ir.cuda_runtime import device_attributes
-from ir.gpu_emulator import EmulationError
-from ir.gpu_passes import children, walk, with_children
+from ir.cuda.runtime import device_attributes
+from ir.cuda.emulator import EmulationError
+from ir.cuda.passes import children, walk, with_children
 from ir.loop_ir import AllReduce, Barrier, For, Stmt
 from ir.lower import LoweringError
 
@@ -211,14 +211,14 @@ def test_block_limits_are_errors():
 def test_a_cuda_task_has_gpu_parameters_and_no_layout_rewrite():
     dag = ir.ComputeDAG(WORKLOADS["GMM"]().tensors)
     task = ir.SearchTask(dag, target="cuda")
-    assert task.target_kind == "gpu" and task.target.startswith("cuda -arch=sm_")
+    assert task.target.backend is ir.Target.parse("gpu").backend and str(task.target).startswith("cuda -arch=sm_")
     hw = task.hardware
     assert hw.is_gpu and hw.warp_size == 32 and hw.max_threads_per_block >= 1024 and hw.max_vthread_extent == 8
     assert not task.layout_rewrite
-    assert ir.SearchTask(dag).target_kind == "cpu" and not ir.SearchTask(dag).hardware.is_gpu
+    assert ir.SearchTask(dag).target == ir.Target.host() and not ir.SearchTask(dag).hardware.is_gpu
     with pytest.raises(ValueError, match="unknown target 'rocm'"):
         ir.SearchTask(dag, target="rocm")
-    with pytest.raises(ValueError, match="emit='ptx' is for target='cuda'"):
+    with pytest.raises(ValueError, match="emit='ptx' is for target 'cuda'"):
         ir.build(dag, emit="ptx")
 
 

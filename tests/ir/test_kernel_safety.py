@@ -8,7 +8,7 @@ import ir
 import sketch_rules
 from autosched import ops
 from ir.index_check import analyse
-from ir.runtime import compile_object, load_kernel
+from ir.cpu.runtime import compile_object, load_kernel
 
 RNG = np.random.default_rng(0)
 
@@ -211,7 +211,7 @@ def test_an_intermediate_too_large_raises_memory_error():
     with pytest.raises(MemoryError):
         kernel.time(a, s, number=1, repeat=1)
     lowered = ir.lower(dag)
-    loaded = load_kernel(dag, compile_object(ir.generate(lowered, "k")), "k")
+    loaded = load_kernel(dag, compile_object(ir.cpu.codegen.generate(lowered, "k")), "k")
     with pytest.raises(MemoryError, match="'T'"):
         loaded(a, s)
 
@@ -242,8 +242,8 @@ def test_local_buffers_too_large_for_a_stack_come_from_the_heap(parallel):
 def test_a_local_buffer_that_cannot_be_allocated_raises_memory_error(parallel, monkeypatch):
     """Every thread's allocation fails (asked for more than any machine has): the threads
     report it, the call raises, nothing is written."""
-    from ir.codegen import cpu
-    monkeypatch.setattr(cpu, "_heap_bytes", lambda nbytes: cpu.MAX_ALLOCATION)
+    from ir import llvm_codegen
+    monkeypatch.setattr(llvm_codegen, "heap_bytes", lambda nbytes: llvm_codegen.MAX_ALLOCATION)
     dag, state = two_large_locals(parallel)
     kernel = ir.build(dag, state)
     a = np.ones(dag.tensors[0].shape, "float32")

@@ -4,7 +4,7 @@ import numpy as np
 
 import ir
 from ir import expr as E
-from ir.codegen import generate
+from ir.cpu.codegen import generate
 from ir.loop_ir import Buffer, For, IfThenElse, Load, Store
 from ir.padding import identity_select
 from ir.lower import Lowering

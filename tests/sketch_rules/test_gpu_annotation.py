@@ -6,7 +6,7 @@ import pytest
 import ir
 import sketch_rules as SR
 from autosched import ops
-from ir.lower_gpu import block_limits_violation
+from ir.cuda.lower import block_limits_violation
 from ir.steps import SplitStep
 from sketch_rules.gpu_annotation import spatial_split_steps
 

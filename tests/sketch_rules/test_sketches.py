@@ -112,8 +112,8 @@ def test_conv_layer_inlines_bias_and_batch_norm_and_leaves_the_padding_to_annota
 
 def test_the_gpu_rules_still_inline_the_padding():
     w = ops.workload("conv2d", 1, 8, 8, 4, 8, 3, stride=1, padding=1, layout="NHWC")
-    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=ir.HardwareParams.cuda())
-    sketches = SR.generate_sketches(task, target_kind="gpu")
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), target="cuda")
+    sketches = SR.generate_sketches(task)
     assert sketches and all(s["pad"].compute_at == "inline" for s in sketches)
 
 
@@ -168,7 +168,7 @@ def test_tbs_inlines_transposes_and_combines_matmul_and_softmax_sketches():
 
 
 def test_gpu_sketch_of_matmul_uses_sssrrsrs_shared_memory_and_register_cache():
-    sketches = SR.generate_sketches(task_of(matmul()), target_kind="gpu")
+    sketches = SR.generate_sketches(task_of(matmul()), space="gpu")
     assert len(sketches) == 1
     s = sketches[0]
     assert [st.name for st in s.stages] == ["A", "A.shared", "B", "B.shared", "C.local", "C"]
@@ -180,7 +180,7 @@ def test_gpu_sketch_of_matmul_uses_sssrrsrs_shared_memory_and_register_cache():
 
 def test_gpu_cross_thread_reduction_binds_threadidx():
     w = ops.suite_workload("NRM-1x64x64")
-    sketches = SR.generate_sketches(task_of(w.tensors), target_kind="gpu")
+    sketches = SR.generate_sketches(task_of(w.tensors), space="gpu")
     # partial sums by rfactor then cross-thread; cross-thread alone; neither
     assert len(sketches) == 3
     assert sum(any(st.origin == "rfactor" for st in s.stages) for s in sketches) == 1

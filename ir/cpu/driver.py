@@ -6,7 +6,7 @@ is a small LLVM function, compiled once per process, that walks a table of (func
 address, argument vector) pairs prepared once by the executor (arguments checked then, by
 ``Kernel.native_call``) and calls each in turn; ``timer`` runs it back to back in native
 code, as the kernels' own timers do. A kernel that fails (a checked allocation, an index
-checked at run time: see ``ir.codegen``) stops the run; the driver returns its status and
+checked at run time: see ``ir.cpu.codegen``) stops the run; the driver returns its status and
 leaves its position in the plan, so that the kernel's own message is raised.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from ir.codegen.cpu import _timer as timer_ir
-from ir.runtime import CompiledModule
+from ..backend import KernelSequence
+from .codegen import timer_function as timer_ir
+from .runtime import CompiledModule
 
 _NAME = "autosched_graph_driver"
 
@@ -66,7 +67,7 @@ def _module() -> CompiledModule:
     return CompiledModule(_DRIVER_IR, _NAME)
 
 
-class NativeDriver:
+class NativeDriver(KernelSequence):
     """``run()`` calls every ``(address, argv, check)`` of ``calls`` (``Kernel.native_call``)
     in order, in one native call; ``check(status)`` raises the error of a failed kernel."""
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import expr as E
-from .codegen.cpu import _stmt_children as children  # noqa: F401 - the statement walk both targets share
-from .lower import LoweringError
-from .loop_ir import Allocate, AllReduce, Barrier, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store, seq
-from .simplify import Simplifier
+from .. import expr as E
+from ..lower import LoweringError
+from ..loop_ir import Allocate, AllReduce, Barrier, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store, children, seq
+from ..simplify import Simplifier
 
 #: the index of the thread in its block and of the block in the grid, as code sees them
 THREAD_IDX = E.Var("threadIdx.x")

@@ -4,7 +4,7 @@ root stage, run in order.
 What changes from the CPU lowering (``ir.lower``), which this extends:
 
 - loops bound to ``blockIdx.x``, ``vthread`` and ``threadIdx.x`` become the grid, virtual
-  threads and the threads of a block (``ir.gpu_passes``);
+  threads and the threads of a block (``ir.cuda.passes``);
 - a cache_read stage named ``NAME.shared`` lives in shared memory, one copy per block
   covering what all its threads read (bound inference relaxes thread loops for it), with
   a barrier before its load (the previous tile is read by everyone) and one after (the
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import dtype as dt
-from . import expr as E
-from .bounds import SHARED_SCOPE, storage_scope
-from .gpu_passes import bind_threads, buffers_accessed, check_barriers_uniform, inject_virtual_threads, walk
-from .loop_ir import Allocate, AllReduce, Barrier, Buffer, IfThenElse, Load, Stmt, Store, seq, stmt_str
-from .lower import _LOOP_KIND, Lowering, LoweringError, _guarded
+from .. import dtype as dt
+from .. import expr as E
+from ..bounds import SHARED_SCOPE, storage_scope
+from .passes import bind_threads, buffers_accessed, check_barriers_uniform, inject_virtual_threads, walk
+from ..loop_ir import Allocate, AllReduce, Barrier, Buffer, IfThenElse, Load, Stmt, Store, seq, stmt_str
+from ..lower import LOOP_KIND, Lowering, LoweringError, guarded
 
 #: the thread-private buffers of one thread (virtual threads' copies included) beyond
 #: this cannot be registers (a thread has at most 255) and spill to slow local memory:
@@ -52,7 +52,7 @@ class DeviceKernel:
 
 @dataclass
 class GPUProgram:
-    """What ``ir.lower_gpu`` makes of a State: kernels run in order on the arguments (the
+    """What ``ir.cuda.lower`` makes of a State: kernels run in order on the arguments (the
     DAG's tensors in order) and global buffers between them (``temporaries``)."""
     name: str
     target: str
@@ -109,7 +109,7 @@ def block_limits_violation(state, hardware) -> str | None:
 
 class GPULowering(Lowering):
     """The CPU lowering with GPU thread bindings, shared memory and cross-thread reduction."""
-    loop_kinds = {**_LOOP_KIND, **{b: b for b in GPU_BINDINGS}}
+    loop_kinds = {**LOOP_KIND, **{b: b for b in GPU_BINDINGS}}
     #: a branch around a block of a thread-bound loop would split the threads at a barrier
     partition_padding = False
 
@@ -171,7 +171,7 @@ class GPULowering(Lowering):
         body = seq([Store(partial, zero, init.value),
                     self._loops(idx, st.iters[first:], first, retarget(update)),
                     AllReduce(partial, zero, st.body.combiner),
-                    _guarded(Store(buf, index, Load(partial, zero)), final_guards)])
+                    guarded(Store(buf, index, Load(partial, zero)), final_guards)])
         return self._loops(idx, st.iters[:first], 0, Allocate(partial, body))
 
     # the program --------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import expr as E
-from .gpu_passes import BLOCK_IDX, THREAD_IDX
-from .loop_ir import Allocate, AllReduce, Barrier, For, IfThenElse, Load, Pragma, Seq, Store
+from .. import expr as E
+from .passes import BLOCK_IDX, THREAD_IDX
+from ..loop_ir import Allocate, AllReduce, Barrier, For, IfThenElse, Load, Pragma, Seq, Store
 
 _NUMPY_CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,
                 "floor": np.floor, "ceil": np.ceil, "rsqrt": lambda x: 1 / np.sqrt(x),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .runtime import TimeResult
+from ..backend import TimeResult
 
 _lock = threading.Lock()
 _context: dict = {}  # device ordinal -> primary context, made current in this process
@@ -174,7 +174,7 @@ class LaunchPlan:
 
     @classmethod
     def of(cls, program) -> "LaunchPlan":
-        """The plan of an ``ir.lower_gpu.GPUProgram``."""
+        """The plan of an ``ir.cuda.lower.GPUProgram``."""
         buffers = tuple((b.name, b.dtype, b.capacity) for b in list(program.args) + list(program.temporaries))
         kernels = tuple((k.name, k.grid, k.block, tuple(b.name for b in k.params)) for k in program.kernels)
         return cls(buffers, kernels)
@@ -293,12 +293,12 @@ class CudaKernel:
                 buffers[t.name].download(arr)
 
     def emulate(self, *arrays) -> None:
-        """Run the program on the CPU instead (``ir.gpu_emulator``: slow, no GPU needed),
+        """Run the program on the CPU instead (``ir.cuda.emulator``: slow, no GPU needed),
         checking bounds and races; outputs are written in place as by a call."""
         if self.program is None:
             raise ValueError("this kernel was loaded from a build artefact without its loop IR; "
                              "build it with ir.build(..., target='cuda') to emulate it")
-        from .gpu_emulator import Emulator
+        from .emulator import Emulator
         Emulator(self.program).run(self._check(arrays))
 
     def timer(self, *arrays):

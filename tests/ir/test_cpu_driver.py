@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ir
-from autosched.graph.driver import NativeDriver
+from ir.cpu.driver import NativeDriver
 
 
 def _gather_kernel():

@@ -5,10 +5,11 @@ import ctypes
 import os
 import statistics
 import threading
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import numpy as np
+
+from ..backend import TimeResult
 
 _lock = threading.Lock()
 _target_machine = None
@@ -88,20 +89,8 @@ def optimize(ir_text: str):
     return mod
 
 
-@dataclass
-class TimeResult:
-    """Per-call seconds: the median over repeats, and every repeat's mean."""
-    median: float
-    results: list[float]
-    number: int
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.results)
-
-
 class _KernelFunctions:
-    """The functions of a compiled kernel (``ir.codegen``): ``entry(argv) -> status``,
+    """The functions of a compiled kernel (``ir.cpu.codegen``): ``entry(argv) -> status``,
     ``timer(argv, n) -> ns or -status`` and ``error(status) -> message``."""
 
     def _bind(self, name: str) -> None:

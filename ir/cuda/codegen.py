@@ -1,4 +1,4 @@
-"""NVPTX code generation: the kernels of a ``GPUProgram`` (``ir.lower_gpu``) as LLVM IR for
+"""NVPTX code generation: the kernels of a ``GPUProgram`` (``ir.cuda.lower``) as LLVM IR for
 ``nvptx64-nvidia-cuda``, and PTX from llvmlite's own NVPTX back end.
 
 Expressions and stores are generated as for the CPU (``cpu.FunctionBuilder``, scalar:
@@ -34,11 +34,10 @@ import llvmlite.binding as llvm
 
 from .. import dtype as dt
 from .. import expr as E
-from ..gpu_passes import BLOCK_IDX, THREAD_IDX, walk
-from ..loop_ir import Allocate, AllReduce, Barrier, For, Load, Stmt, Store
+from .passes import BLOCK_IDX, THREAD_IDX, walk
+from ..loop_ir import Allocate, AllReduce, Barrier, For, Load, Stmt, Store, nest_trips
 from ..lower import LoweringError
-from ..loop_ir import nest_trips
-from .cpu import FunctionBuilder, ModuleBuilder, Value
+from ..llvm_codegen import FunctionBuilder, ModuleBuilder, Value
 
 TRIPLE = "nvptx64-nvidia-cuda"
 WARP = 32

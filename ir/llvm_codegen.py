@@ -1,22 +1,11 @@
-"""LLVM IR generation from the loop IR (text IR, opaque pointers).
+"""What the LLVM back ends share: an LLVM IR (text, opaque pointers) builder of scalar and
+vector values, loads and stores (masked, gathered), conditionals, local buffers and serial
+or unrolled loops over the loop IR.
 
-The kernel ``@NAME(ptr %args)`` takes an array of pointers (one per DAG tensor) and calls an
-always-inlined body whose buffer parameters are ``noalias``, so that LLVM may keep
-accumulators in registers. Loops are emitted as rotated loops (every extent is >= 1):
-
-- ``vectorize``: the body is emitted once per chunk of W lanes with explicit vector values:
-  contiguous accesses become vector loads/stores, loop-invariant ones scalars broadcast on
-  use, others gathers/scatters; a reduction into a lane-invariant location becomes a
-  horizontal reduction. Loops that cannot be vectorised fall back to scalar code.
-- ``unroll`` and loop nests under ``auto_unroll_max_step`` are unrolled in the emitted IR.
-- ``parallel``: the loop is outlined and run by libgomp's ``GOMP_parallel``, each thread
-  taking one contiguous block of iterations.
-
-``@NAME`` returns a status: 0, or the code of what went wrong (an allocation that failed,
-a read outside its tensor at an index checked at run time); ``@NAME.error(code)`` returns
-its message as a C string ("MemoryError: ..." / "IndexError: ..."), so that a kernel
-loaded from an object file explains itself. Integer division and modulo by zero give 0,
-as numpy's do, instead of a signal.
+Neither back end owns it: the CPU's (``ir.cpu.codegen``: vector loops, libgomp parallel
+loops, the kernel entry and timer) and the GPU's (``ir.cuda.codegen``: threads, shared
+memory, cross-thread reductions) subclass ``FunctionBuilder`` and say in ``loop`` which
+loop kinds they run. Integer division and modulo by zero give 0, as numpy's do.
 """
 from __future__ import annotations
 
@@ -26,22 +15,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dtype as dt
-from .. import expr as E
-from ..loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store, nest_trips
-from ..padding import identity_select
-from ..simplify import Simplifier, structural_key
-from ..vecmath import math_function
+from . import dtype as dt
+from . import expr as E
+from .loop_ir import Allocate, Buffer, For, IfThenElse, Load, Pragma, Seq, Stmt, Store
+from .padding import identity_select
+from .simplify import Simplifier, structural_key
+from .vecmath import math_function
 
-MAX_VECTOR_LANES = 16
 #: local buffers of one function (the kernel's body, or one thread's share of a parallel
 #: loop) live on its stack up to this many bytes in all; larger ones come from the heap
 #: (once per call and thread), so that no thread overflows its stack
 STACK_BYTES = 1 << 20
 #: a request this large fails on any machine (and stays an i64): the failure is reported
 MAX_ALLOCATION = 1 << 62
-#: vector loops of at most this many chunks of MAX_VECTOR_LANES are unrolled
-MAX_UNROLLED_CHUNKS = 8
 FLOAT_FLAGS = "contract"
 REDUCE_FLAGS = "reassoc contract"
 
@@ -105,11 +91,11 @@ class ModuleBuilder:
         return "\n".join(parts) + "\n"
 
 
-def _vec(ty: str, lanes: int) -> str:
+def vector_type(ty: str, lanes: int) -> str:
     return ty if lanes == 1 else f"<{lanes} x {ty}>"
 
 
-def _suffix(ty: str, lanes: int) -> str:
+def intrinsic_suffix(ty: str, lanes: int) -> str:
     base = {"float": "f32", "double": "f64"}.get(ty, ty)
     return base if lanes == 1 else f"v{lanes}{base}"
 
@@ -228,8 +214,8 @@ class FunctionBuilder:
         return Value(out, ty, lanes)
 
     def intrinsic(self, name: str, args: list[Value], ty: str, lanes: int) -> Value:
-        full = _vec(ty, lanes)
-        sym = f"@llvm.{name}.{_suffix(ty, lanes)}"
+        full = vector_type(ty, lanes)
+        sym = f"@llvm.{name}.{intrinsic_suffix(ty, lanes)}"
         self.module.declare(f"declare {full} {sym}({', '.join(a.full for a in args)})")
         return self.instr(f"call {full} {sym}({', '.join(f'{a.full} {a.ref}' for a in args)})", ty, lanes)
 
@@ -260,7 +246,7 @@ class FunctionBuilder:
             lanes = args[0].lanes
             sym = self.module.math(e.func, e.dtype, lanes)
             ty = dt.llvm_type(e.dtype)
-            return self.instr(f"call {_vec(ty, lanes)} {sym}({', '.join(f'{a.full} {a.ref}' for a in args)})",
+            return self.instr(f"call {vector_type(ty, lanes)} {sym}({', '.join(f'{a.full} {a.ref}' for a in args)})",
                               ty, lanes)
         raise TypeError(f"cannot generate code for {type(e).__name__}: {e}")
 
@@ -341,13 +327,13 @@ class FunctionBuilder:
         nz = self.instr(f"icmp ne {full} {r.ref}, {zero.ref}", "i1", lanes)
         rneg = self.instr(f"icmp slt {full} {r.ref}, {zero.ref}", "i1", lanes)
         bneg = self.instr(f"icmp slt {full} {b.ref}, {zero.ref}", "i1", lanes)
-        diff = self.instr(f"xor {_vec('i1', lanes)} {rneg.ref}, {bneg.ref}", "i1", lanes)
-        fix = self.instr(f"and {_vec('i1', lanes)} {nz.ref}, {diff.ref}", "i1", lanes)
+        diff = self.instr(f"xor {vector_type('i1', lanes)} {rneg.ref}, {bneg.ref}", "i1", lanes)
+        fix = self.instr(f"and {vector_type('i1', lanes)} {nz.ref}, {diff.ref}", "i1", lanes)
         if op == "//":
-            one = self.instr(f"zext {_vec('i1', lanes)} {fix.ref} to {full}", ty, lanes)
+            one = self.instr(f"zext {vector_type('i1', lanes)} {fix.ref} to {full}", ty, lanes)
             return self.instr(f"sub {full} {q.ref}, {one.ref}", ty, lanes)
         plus = self.instr(f"add {full} {r.ref}, {b.ref}", ty, lanes)
-        return self.instr(f"select {_vec('i1', lanes)} {fix.ref}, {full} {plus.ref}, {full} {r.ref}", ty, lanes)
+        return self.instr(f"select {vector_type('i1', lanes)} {fix.ref}, {full} {plus.ref}, {full} {r.ref}", ty, lanes)
 
     def compare(self, e: E.Compare) -> Value:
         a, b = self.unify(self.ev(e.a), self.ev(e.b))
@@ -361,7 +347,7 @@ class FunctionBuilder:
     def cast(self, e: E.Cast) -> Value:
         v = self.ev(e.value)
         src, dst = e.value.dtype, e.dtype
-        to = _vec(dt.llvm_type(dst), v.lanes)
+        to = vector_type(dt.llvm_type(dst), v.lanes)
         ty = dt.llvm_type(dst)
         if dst == "bool":
             zero = self.broadcast(self.const(0, src), v.lanes)
@@ -431,12 +417,12 @@ class FunctionBuilder:
     def vector_access(self, index: E.Expr):
         """Classify an index inside a vector loop: ("scalar", None), ("contiguous", base)
         or ("gather", None)."""
-        if self.vec_var is None or not _depends_on(index, self.vec_var):
+        if self.vec_var is None or not depends_on(index, self.vec_var):
             return "scalar", None
         form = Simplifier(self.bounds).affine(index)
         key = structural_key(self.vec_var)
         entry = form.terms.get(key)
-        rest_ok = all(not _depends_on(atom, self.vec_var) for k, (atom, _) in form.terms.items() if k != key)
+        rest_ok = all(not depends_on(atom, self.vec_var) for k, (atom, _) in form.terms.items() if k != key)
         if entry is not None and entry[1] == 1 and rest_ok:
             form.terms.pop(key)
             return "contiguous", form.to_expr(index.dtype)
@@ -466,11 +452,11 @@ class FunctionBuilder:
                 raw = self._gather(ptrs, sty, lanes, align)
             else:
                 ptr = self.address(e.buffer, self._vector_index_base(rest))
-                vt = _vec(sty, lanes)
+                vt = vector_type(sty, lanes)
                 if self.mask is None:
                     raw = self.instr(f"load {vt}, ptr {ptr.ref}, align {align}", sty, lanes)
                 else:
-                    sym = f"@llvm.masked.load.{_suffix(sty, lanes)}.p0"
+                    sym = f"@llvm.masked.load.{intrinsic_suffix(sty, lanes)}.p0"
                     self.module.declare(f"declare {vt} {sym}(ptr, i32, <{lanes} x i1>, {vt})")
                     raw = self.instr(f"call {vt} {sym}(ptr {ptr.ref}, i32 {align}, {self.mask.full} "
                                      f"{self.mask.ref}, {vt} zeroinitializer)", sty, lanes)
@@ -479,7 +465,7 @@ class FunctionBuilder:
             ptrs = self.address(e.buffer, idx)
             raw = self._gather(ptrs, sty, lanes, align)
         if e.buffer.dtype == "bool":
-            return self.instr(f"trunc {raw.full} {raw.ref} to {_vec('i1', raw.lanes)}", "i1", raw.lanes)
+            return self.instr(f"trunc {raw.full} {raw.ref} to {vector_type('i1', raw.lanes)}", "i1", raw.lanes)
         return raw
 
     def checked_load(self, e: Load) -> Value:
@@ -512,7 +498,7 @@ class FunctionBuilder:
         else:
             raw = self._gather(ptr, sty, lanes, align)
         if e.buffer.dtype == "bool":
-            return self.instr(f"trunc {raw.full} {raw.ref} to {_vec('i1', lanes)}", "i1", lanes)
+            return self.instr(f"trunc {raw.full} {raw.ref} to {vector_type('i1', lanes)}", "i1", lanes)
         return raw
 
     def any_lane(self, v: Value) -> Value:
@@ -524,8 +510,8 @@ class FunctionBuilder:
         return self.instr(f"call i1 {sym}({v.full} {v.ref})", "i1", 1)
 
     def _gather(self, ptrs: Value, sty: str, lanes: int, align: int) -> Value:
-        vt = _vec(sty, lanes)
-        sym = f"@llvm.masked.gather.{_suffix(sty, lanes)}.v{lanes}p0"
+        vt = vector_type(sty, lanes)
+        sym = f"@llvm.masked.gather.{intrinsic_suffix(sty, lanes)}.v{lanes}p0"
         self.module.declare(f"declare {vt} {sym}(<{lanes} x ptr>, i32, <{lanes} x i1>, {vt})")
         mask = self.mask if self.mask is not None else self.broadcast(Value("true", "i1"), lanes)
         return self.instr(f"call {vt} {sym}(<{lanes} x ptr> {ptrs.ref}, i32 {align}, {mask.full} {mask.ref}, "
@@ -536,12 +522,12 @@ class FunctionBuilder:
         if s is None:
             return
         kind, rest = self.vector_access(s.index)
-        if kind == "scalar" and self.lanes > 1 and _depends_on(s.value, self.vec_var):
+        if kind == "scalar" and self.lanes > 1 and depends_on(s.value, self.vec_var):
             return self.horizontal_update(s)
-        value = self.binary(s.value, REDUCE_FLAGS) if _is_float_sum_update(s) else self.ev(s.value)
+        value = self.binary(s.value, REDUCE_FLAGS) if is_float_sum_update(s) else self.ev(s.value)
         sty = dt.storage_llvm_type(s.buffer.dtype)
         if s.buffer.dtype == "bool":
-            value = self.instr(f"zext {value.full} {value.ref} to {_vec('i8', value.lanes)}", "i8", value.lanes)
+            value = self.instr(f"zext {value.full} {value.ref} to {vector_type('i8', value.lanes)}", "i8", value.lanes)
         align = dt.itemsize(s.buffer.dtype)
         if kind == "scalar":
             ptr = self.address(s.buffer, self.ev(s.index))
@@ -567,19 +553,19 @@ class FunctionBuilder:
             return
         value = self.broadcast(value, self.lanes)
         lanes = self.lanes
-        vt = _vec(sty, lanes)
+        vt = vector_type(sty, lanes)
         if kind == "contiguous":
             ptr = self.address(s.buffer, self._vector_index_base(rest))
             if self.mask is None:
                 self.emit(f"store {vt} {value.ref}, ptr {ptr.ref}, align {align}")
             else:
-                sym = f"@llvm.masked.store.{_suffix(sty, lanes)}.p0"
+                sym = f"@llvm.masked.store.{intrinsic_suffix(sty, lanes)}.p0"
                 self.module.declare(f"declare void {sym}({vt}, ptr, i32, <{lanes} x i1>)")
                 self.emit(f"call void {sym}({vt} {value.ref}, ptr {ptr.ref}, i32 {align}, "
                           f"{self.mask.full} {self.mask.ref})")
             return
         ptrs = self.address(s.buffer, self.broadcast(self.ev(s.index), lanes))
-        sym = f"@llvm.masked.scatter.{_suffix(sty, lanes)}.v{lanes}p0"
+        sym = f"@llvm.masked.scatter.{intrinsic_suffix(sty, lanes)}.v{lanes}p0"
         self.module.declare(f"declare void {sym}({vt}, <{lanes} x ptr>, i32, <{lanes} x i1>)")
         mask = self.mask if self.mask is not None else self.broadcast(Value("true", "i1"), lanes)
         self.emit(f"call void {sym}({vt} {value.ref}, <{lanes} x ptr> {ptrs.ref}, i32 {align}, "
@@ -619,7 +605,7 @@ class FunctionBuilder:
             name = {"+": "fadd", "max": "fmax", "min": "fmin"}[v.op]
         else:
             name = {"+": "add", "max": "smax", "min": "smin"}[v.op]
-        sym = f"@llvm.vector.reduce.{name}.{_suffix(ty, self.lanes)}"
+        sym = f"@llvm.vector.reduce.{name}.{intrinsic_suffix(ty, self.lanes)}"
         # the accumulator's address does not depend on the lane and is real: load it plainly
         mask, self.mask = self.mask, None
         acc = self.ev(v.a)
@@ -710,7 +696,7 @@ class FunctionBuilder:
         self.declare_heap()
         code = self.module.error_code(f"MemoryError: the kernel could not allocate {nbytes} bytes for its "
                                       f"intermediate '{buf.name}' (shape {buf.shape}, {buf.dtype})")
-        ptr = self.instr(f"call noalias ptr @aligned_alloc(i64 64, i64 {_heap_bytes(nbytes)})", "ptr", 1)
+        ptr = self.instr(f"call noalias ptr @aligned_alloc(i64 64, i64 {heap_bytes(nbytes)})", "ptr", 1)
         null = self.instr(f"icmp eq ptr {ptr.ref}, null", "i1", 1)
         ok_l, fail_l, end_l = self.label("alloc.ok"), self.label("alloc.fail"), self.label("alloc.end")
         self.emit(f"br i1 {null.ref}, label %{fail_l}, label %{ok_l}")
@@ -732,7 +718,7 @@ class FunctionBuilder:
             self.declare_heap()
             code = self.module.error_code(f"MemoryError: the kernel could not allocate {nbytes} bytes per thread "
                                           f"for its local buffer '{buf.name}' (shape {buf.shape}, {buf.dtype})")
-            hit = (f"%heap.{buf.name}.{len(self.heap_locals)}", _heap_bytes(nbytes), code)
+            hit = (f"%heap.{buf.name}.{len(self.heap_locals)}", heap_bytes(nbytes), code)
             self.heap_locals[id(buf)] = hit
         return hit[0]
 
@@ -742,15 +728,8 @@ class FunctionBuilder:
 
     # loops -------------------------------------------------------------------------------------
     def loop(self, s: For) -> None:
-        if s.kind == "unroll" or (self.unroll_limit and s.kind == "serial" and nest_trips(s) <= self.unroll_limit):
-            return self.unrolled(s)
-        if s.kind == "vectorize" and self.lanes == 1:
-            return self.vector_loop(s)
-        if s.kind == "parallel" and not self.in_parallel:
-            return self.parallel_loop(s)
-        self.serial_loop(s.var, s.extent, lambda: self.stmt(s.body))
-
-    in_parallel = False
+        """A loop of ``s.kind``: each back end says which kinds it runs, and how."""
+        raise NotImplementedError(f"{type(self).__name__} does not generate loops")
 
     def serial_loop(self, var: E.Var, extent: int, body_fn, start: Value | None = None) -> None:
         """A rotated loop ``for var in range(start, start + extent)``; ``extent`` >= 1."""
@@ -786,325 +765,20 @@ class FunctionBuilder:
         self.bounds.pop(s.var, None)
         del self.env[id(s.var)]
 
-    def vector_loop(self, s: For) -> None:
-        width = _vector_width(s.extent)
-        if width == 1 or not _vectorizable(s):
-            return self.serial_loop(s.var, s.extent, lambda: self.stmt(s.body))
-        chunks = s.extent // width
-        lanes_const = Value("<" + ", ".join(f"i64 {i}" for i in range(width)) + ">", "i64", width)
-
-        def body(chunk: Value | None):
-            saved = (self.lanes, self.vec_var, self.vec_base)
-            self.lanes, self.vec_var = width, s.var
-            if chunk is None:
-                self.vec_base = None
-                self.env[id(s.var)] = lanes_const
-            else:
-                base = (Value(str(int(chunk.ref) * width), "i64") if chunk.ref.isdigit() else
-                        self.instr(f"mul nuw nsw i64 {chunk.ref}, {width}", "i64", 1))
-                self.vec_base = base
-                vb = self.broadcast(base, width)
-                self.env[id(s.var)] = self.instr(f"add nuw nsw <{width} x i64> {vb.ref}, {lanes_const.ref}",
-                                                 "i64", width)
-            self.bounds[s.var] = (0, s.extent - 1)
-            self.stmt(s.body)
-            self.bounds.pop(s.var, None)
-            del self.env[id(s.var)]
-            self.lanes, self.vec_var, self.vec_base = saved
-
-        if chunks == 1:
-            body(None)
-        elif chunks <= MAX_UNROLLED_CHUNKS:
-            # a short vector loop is unrolled, so its chunks' accumulators can stay in registers
-            for c in range(chunks):
-                body(Value(str(c), "i64"))
-        else:
-            chunk_var = E.Var(s.var.name + ".chunk")
-            self.serial_loop(chunk_var, chunks, lambda: body(self.env[id(chunk_var)]))
-
-    def parallel_loop(self, s: For) -> None:
-        """Outline the loop into a function run by every libgomp thread on its own block."""
-        free = _free_values(s, self.env)
-        buffers = [b for b in _used_buffers(s) if id(b) in self.buffers]
-        name = self.module.fresh(f"{self.name}.par")
-        # closure slots: the status, the buffers, the free values
-        params = [("ptr noalias", "%status")] + [("ptr noalias", f"%p{i}") for i in range(len(buffers))] + \
-                 [("i64", f"%v{i}") for i in range(len(free))] + [("i64", "%lo"), ("i64", "%hi")]
-        body_fn = FunctionBuilder(self.module, name + ".body", params,
-                                  attrs="internal void @" + name + ".body({params}) alwaysinline nounwind")
-        body_fn.in_parallel = True
-        body_fn.unroll_limit = self.unroll_limit
-        body_fn.bounds = dict(self.bounds)
-        for i, b in enumerate(buffers):
-            body_fn.buffers[id(b)] = f"%p{i}"
-        for i, (var_id, val) in enumerate(free):
-            body_fn.env[var_id] = Value(f"%v{i}", "i64")
-        body_fn.chunked_loop(s)
-        self.module.functions.append(body_fn.finish())
-        # the trampoline unpacks the closure and picks this thread's block
-        n_pointers = 1 + len(buffers)
-        n_slots = n_pointers + len(free)
-        tramp = FunctionBuilder(self.module, name, [("ptr", "%data")], attrs="internal void @" + name + "({params}) nounwind")
-        self.module.declare("declare i32 @omp_get_thread_num()")
-        self.module.declare("declare i32 @omp_get_num_threads()")
-        args = []
-        for i in range(n_slots):
-            slot = tramp.instr(f"getelementptr inbounds i64, ptr %data, i64 {i}", "ptr", 1)
-            if i < n_pointers:
-                args.append("ptr " + tramp.instr(f"load ptr, ptr {slot.ref}, align 8", "ptr", 1).ref)
-            else:
-                args.append("i64 " + tramp.instr(f"load i64, ptr {slot.ref}, align 8", "i64", 1).ref)
-        tid = tramp.instr("call i32 @omp_get_thread_num()", "i32", 1)
-        nth = tramp.instr("call i32 @omp_get_num_threads()", "i32", 1)
-        tid64 = tramp.instr(f"sext i32 {tid.ref} to i64", "i64", 1)
-        nth64 = tramp.instr(f"sext i32 {nth.ref} to i64", "i64", 1)
-        t1 = tramp.instr(f"add i64 {s.extent}, {nth64.ref}", "i64", 1)
-        t2 = tramp.instr(f"sub i64 {t1.ref}, 1", "i64", 1)
-        chunk = tramp.instr(f"sdiv i64 {t2.ref}, {nth64.ref}", "i64", 1)
-        lo = tramp.instr(f"mul i64 {chunk.ref}, {tid64.ref}", "i64", 1)
-        hi0 = tramp.instr(f"add i64 {lo.ref}, {chunk.ref}", "i64", 1)
-        over = tramp.instr(f"icmp sgt i64 {hi0.ref}, {s.extent}", "i1", 1)
-        hi = tramp.instr(f"select i1 {over.ref}, i64 {s.extent}, i64 {hi0.ref}", "i64", 1)
-        empty = tramp.instr(f"icmp sge i64 {lo.ref}, {hi.ref}", "i1", 1)
-        run_l, done_l = tramp.label("run"), tramp.label("done")
-        tramp.emit(f"br i1 {empty.ref}, label %{done_l}, label %{run_l}")
-        tramp.start_block(run_l)
-        tramp.emit(f"call void @{name}.body({', '.join(args)}, i64 {lo.ref}, i64 {hi.ref})")
-        tramp.branch(done_l)
-        tramp.start_block(done_l)
-        self.module.functions.append(tramp.finish())
-        # the caller fills the closure and calls GOMP_parallel
-        self.module.declare("declare void @GOMP_parallel(ptr, ptr, i32, i32)")
-        closure = f"%closure.{self._tmp}"
-        self._tmp += 1
-        self.entry_allocas.append(f"  {closure} = alloca i64, i64 {max(n_slots, 1)}, align 8")
-        for i, ref in enumerate([self.status] + [self.buffers[id(b)] for b in buffers]):
-            slot = self.instr(f"getelementptr inbounds i64, ptr {closure}, i64 {i}", "ptr", 1)
-            self.emit(f"store ptr {ref}, ptr {slot.ref}, align 8")
-        for i, (var_id, val) in enumerate(free):
-            slot = self.instr(f"getelementptr inbounds i64, ptr {closure}, i64 {n_pointers + i}", "ptr", 1)
-            self.emit(f"store i64 {val.ref}, ptr {slot.ref}, align 8")
-        self.emit(f"call void @GOMP_parallel(ptr @{name}, ptr {closure}, i32 0, i32 0)")
-
-    def chunked_loop(self, s: For) -> None:
-        """The body of an outlined parallel loop: iterations [%lo, %hi) (at least one)."""
-        head, exit_l = self.label("ploop"), self.label("ploop.end")
-        pre = self.block
-        self.branch(head)
-        self.start_block(head)
-        phi, next_ref = self.tmp("pv"), self.tmp("next")
-        idx = len(self.lines)
-        self.lines.append(None)
-        self.env[id(s.var)] = Value(phi, "i64")
-        self.bounds[s.var] = (0, s.extent - 1)
-        self.stmt(s.body)
-        latch = self.block
-        self.emit(f"{next_ref} = add nuw nsw i64 {phi}, 1")
-        cond = self.tmp()
-        self.emit(f"{cond} = icmp slt i64 {next_ref}, %hi")
-        self.emit(f"br i1 {cond}, label %{head}, label %{exit_l}")
-        self.lines[idx] = f"  {phi} = phi i64 [%lo, %{pre}], [{next_ref}, %{latch}]"
-        self.start_block(exit_l)
-
-
-def _heap_bytes(nbytes: int) -> int:
+def heap_bytes(nbytes: int) -> int:
     """What to ask ``aligned_alloc`` for: a multiple of the 64-byte alignment (capped,
     so that an impossible size stays an i64 and fails like any other)."""
     return min((nbytes + 63) // 64 * 64, MAX_ALLOCATION)
 
 
-def _depends_on(e: E.Expr, var: E.Var | None) -> bool:
+def depends_on(e: E.Expr, var: E.Var | None) -> bool:
     return var is not None and any(n is var for n in E.walk(e))
 
 
-def _is_float_sum_update(s: Store) -> bool:
+def is_float_sum_update(s: Store) -> bool:
     """``buf[i] = buf[i] + x`` on floats: a reduction update that LLVM may reassociate."""
     v = s.value
     return (isinstance(v, E.Binary) and v.op == "+" and dt.is_float(v.dtype) and isinstance(v.a, Load)
             and v.a.buffer is s.buffer)
 
 
-def _vector_width(extent: int) -> int:
-    """Lanes per chunk: the largest power of two (at most 16) dividing the extent, so that
-    every vector type is a native width (and has vectorised math); 1 means scalar code."""
-    for w in (16, 8, 4, 2):
-        if w <= MAX_VECTOR_LANES and extent % w == 0:
-            return w
-    return 1
-
-
-def _stmt_exprs(s: Stmt):
-    if isinstance(s, Store):
-        yield s.index
-        yield s.value
-    elif isinstance(s, IfThenElse):
-        yield s.cond
-    for child in _stmt_children(s):
-        yield from _stmt_exprs(child)
-
-
-def _stmt_children(s: Stmt):
-    if isinstance(s, Seq):
-        return s.stmts
-    if isinstance(s, (For, Allocate, Pragma)):
-        return (s.body,)
-    if isinstance(s, IfThenElse):
-        return (s.then,) if s.otherwise is None else (s.then, s.otherwise)
-    return ()
-
-
-def _vectorizable(s: For) -> bool:
-    """Vector code needs every store to be lane-contiguous/injective or a reduction into a
-    lane-invariant location, no nested parallel/vector loops and no local allocations."""
-    var = s.var
-
-    def check(x: Stmt) -> bool:
-        if isinstance(x, For) and x.kind in ("parallel", "vectorize"):
-            return False
-        if isinstance(x, Allocate):
-            return False
-        if isinstance(x, Store):
-            if _depends_on(x.index, var):
-                form = Simplifier().affine(x.index)
-                key = structural_key(var)
-                coef = form.terms.get(key, [None, 0])[1]
-                others = any(_depends_on(a, var) for k, (a, _) in form.terms.items() if k != key)
-                return coef != 0 and not others
-            if _depends_on(x.value, var):
-                v = x.value
-                return (isinstance(v, E.Binary) and v.op in ("+", "max", "min") and isinstance(v.a, Load)
-                        and v.a.buffer is x.buffer and not _depends_on(v.a.index, var))
-        return all(check(c) for c in _stmt_children(x))
-
-    return check(s.body)
-
-
-def _used_buffers(s: Stmt) -> list[Buffer]:
-    seen: dict[int, Buffer] = {}
-
-    def visit(x: Stmt):
-        for e in _stmt_exprs_local(x):
-            for n in E.walk(e):
-                if isinstance(n, Load):
-                    seen.setdefault(id(n.buffer), n.buffer)
-        if isinstance(x, Store):
-            seen.setdefault(id(x.buffer), x.buffer)
-        for c in _stmt_children(x):
-            visit(c)
-
-    visit(s)
-    return list(seen.values())
-
-
-def _stmt_exprs_local(s: Stmt):
-    if isinstance(s, Store):
-        return (s.index, s.value)
-    if isinstance(s, IfThenElse):
-        return (s.cond,)
-    return ()
-
-
-def _free_values(s: For, env: dict[int, Value]) -> list[tuple[int, Value]]:
-    """Variables bound outside the loop that its body uses, with their current values."""
-    used: set[int] = set()
-    for e in _stmt_exprs(s):
-        for n in E.walk(e):
-            if isinstance(n, E.Var):
-                used.add(id(n))
-    return [(vid, val) for vid, val in env.items() if vid in used and val.lanes == 1]
-
-
-def generate(func, name: str | None = None) -> str:
-    """LLVM IR text of a lowered function: ``@NAME(ptr %args)`` and ``@NAME.timer``."""
-    name = name or func.name
-    module = ModuleBuilder()
-    params = [("ptr noalias nocapture", f"%a{i}") for i in range(len(func.args))] + \
-        [("ptr noalias nocapture", "%status")]
-    body = FunctionBuilder(module, name + ".body", params,
-                           attrs="internal void @" + name + ".body({params}) alwaysinline nounwind")
-    for i, buf in enumerate(func.args):
-        body.buffers[id(buf)] = f"%a{i}"
-    body.stmt(func.body)
-    module.functions.append(body.finish())
-
-    entry = FunctionBuilder(module, name, [("ptr", "%args")], attrs="i32 @" + name + "({params}) nounwind")
-    entry.entry_allocas.append("  %status = alloca i32, align 4")
-    entry.emit("store i32 0, ptr %status, align 4")
-    ptrs = []
-    for i in range(len(func.args)):
-        slot = entry.instr(f"getelementptr inbounds ptr, ptr %args, i64 {i}", "ptr", 1)
-        ptrs.append("ptr " + entry.instr(f"load ptr, ptr {slot.ref}, align 8", "ptr", 1).ref)
-    entry.emit(f"call void @{name}.body({', '.join(ptrs)}, ptr %status)")
-    status = entry.instr("load i32, ptr %status, align 4", "i32", 1)
-    module.functions.append(entry.finish(f"ret i32 {status.ref}"))
-    module.functions.append(_timer(name))
-    module.functions.append(_error_messages(name, module.errors))
-    return module.text()
-
-
-def _error_messages(name: str, messages: list[str]) -> str:
-    """``ptr @NAME.error(i32 %code)``: the message of status ``code`` (null if unknown)."""
-    if not messages:
-        return f"define ptr @{name}.error(i32 %code) {{\n  ret ptr null\n}}\n"
-    lines = []
-    for i, text in enumerate(messages):
-        data = text.encode() + b"\0"
-        escaped = "".join(chr(c) if 32 <= c < 127 and c not in (34, 92) else f"\\{c:02X}" for c in data)
-        lines.append(f'@"{name}.msg.{i}" = private unnamed_addr constant [{len(data)} x i8] c"{escaped}"')
-    n = len(messages)
-    table = ", ".join(f'ptr @"{name}.msg.{i}"' for i in range(n))
-    lines.append(f'@"{name}.msgs" = private constant [{n} x ptr] [{table}]')
-    lines.append(f"""define ptr @{name}.error(i32 %code) {{
-entry:
-  %i = sub i32 %code, 1
-  %known = icmp ult i32 %i, {n}
-  br i1 %known, label %hit, label %miss
-hit:
-  %i64 = zext i32 %i to i64
-  %slot = getelementptr inbounds [{n} x ptr], ptr @"{name}.msgs", i64 0, i64 %i64
-  %msg = load ptr, ptr %slot, align 8
-  ret ptr %msg
-miss:
-  ret ptr null
-}}
-""")
-    return "\n".join(lines)
-
-
-def _timer(name: str) -> str:
-    """``i64 @NAME.timer(ptr %args, i64 %n)``: nanoseconds for n back-to-back calls, so that
-    timing small kernels does not measure Python's call overhead; ``-status`` as soon as a
-    call fails."""
-    return f"""declare i32 @clock_gettime(i32, ptr)
-define i64 @{name}.timer(ptr %args, i64 %n) {{
-entry:
-  %ts = alloca [2 x i64], align 8
-  %c0 = call i32 @clock_gettime(i32 1, ptr %ts)
-  %s0 = load i64, ptr %ts, align 8
-  %ns.p = getelementptr inbounds i64, ptr %ts, i64 1
-  %n0 = load i64, ptr %ns.p, align 8
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i.next, %next]
-  %status = call i32 @{name}(ptr %args)
-  %failed = icmp ne i32 %status, 0
-  br i1 %failed, label %fail, label %next
-next:
-  %i.next = add i64 %i, 1
-  %more = icmp slt i64 %i.next, %n
-  br i1 %more, label %loop, label %done
-fail:
-  %s64 = zext i32 %status to i64
-  %neg = sub i64 0, %s64
-  ret i64 %neg
-done:
-  %c1 = call i32 @clock_gettime(i32 1, ptr %ts)
-  %s1 = load i64, ptr %ts, align 8
-  %n1 = load i64, ptr %ns.p, align 8
-  %ds = sub i64 %s1, %s0
-  %dn = sub i64 %n1, %n0
-  %dsn = mul i64 %ds, 1000000000
-  %total = add i64 %dsn, %dn
-  ret i64 %total
-}}
-"""

@@ -1,0 +1,72 @@
+"""The host CPU back end ("llvm -mcpu=NAME"): lowering with layout rewrite, LLVM IR with
+explicit vector code and libgomp threads (``ir.cpu.codegen``), O3 for this CPU's name
+and features, JIT or object code (``ir.cpu.runtime``), timed in native code."""
+from __future__ import annotations
+
+from ..backend import Backend
+from ..lower import Lowering, lower
+from ..target import HardwareParams, Target
+from .codegen import generate
+from .driver import NativeDriver
+from .runtime import CompiledModule, Kernel, compile_object, host_cpu, load_kernel, native_timer
+
+
+def host_hardware() -> HardwareParams:
+    _, features = host_cpu()
+    lanes = 16 if "+avx512f" in features else 8 if "+avx" in features else 4
+    return HardwareParams(num_cores=1, vector_lanes=lanes).with_host_cores()
+
+
+class CPUBackend(Backend):
+    name = "llvm"
+    aliases = ("cpu",)
+    search_space = "cpu"
+    layout_rewrite = True
+    base_model = True
+    host_memory = True
+
+    def parse(self, options: dict[str, str], hardware) -> Target:
+        unknown = set(options) - {"mcpu"}
+        if unknown:
+            raise ValueError(f"target 'llvm' takes -mcpu=NAME only, got -{sorted(unknown)[0]}")
+        if hardware is not None and hardware.is_gpu:
+            raise ValueError(f"target 'llvm' needs CPU hardware parameters, got GPU ones ({hardware})")
+        return Target(self.name, hardware or host_hardware(), options.get("mcpu") or host_cpu()[0])
+
+    def spelling(self, target: Target) -> str:
+        return f"llvm -mcpu={target.device}"
+
+    def foreign(self, target: Target) -> str | None:
+        here = host_cpu()[0]
+        if target.device == here:
+            return None
+        return (f"this machine is 'llvm -mcpu={here}' but the task targets {str(target)!r}: its programs must be "
+                "built and run on machines of the target's CPU")
+
+    def lowering(self, state, hardware, layout_rewrite: bool) -> Lowering:
+        return Lowering(state, layout_rewrite)
+
+    def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool) -> Kernel:
+        if emit != "kernel":
+            raise ValueError(f"emit={emit!r} is for target 'cuda'; a CPU build returns a Kernel")
+        lowered = lower(state, name, layout_rewrite)
+        text = generate(lowered, name)
+        return Kernel(dag, state, lowered, text, CompiledModule(text, name))
+
+    def compile(self, target, state, name: str, layout_rewrite: bool) -> tuple[bytes, dict]:
+        lowered = lower(state, name, layout_rewrite)
+        return compile_object(generate(lowered, name)), dict(lowered.layouts or {})
+
+    def load(self, dag, artefact: bytes, name: str, layouts: dict) -> Kernel:
+        return load_kernel(dag, artefact, name, layouts)
+
+    def timer(self, kernel, *arrays):
+        return native_timer(kernel, *arrays)
+
+    def sequence(self, calls, inputs, outputs, emulate: bool = False) -> NativeDriver:
+        if emulate:
+            raise ValueError("emulate=True does not apply to target 'llvm': its kernels run on this CPU already")
+        return NativeDriver([kernel.native_call(*args) for kernel, args in calls])
+
+
+CPU = CPUBackend()

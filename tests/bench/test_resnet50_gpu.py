@@ -1,0 +1,23 @@
+"""bench/resnet50_gpu.py needs an NVIDIA GPU: without one it refuses, clearly and before
+tuning anything, and still prints its JSON line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ir.cuda.runtime import device_attributes
+
+from .test_bench_common import _load
+
+resnet50_gpu = _load("resnet50_gpu")
+
+
+@pytest.mark.skipif(device_attributes() is not None, reason="checks the refusal of a machine without a GPU")
+def test_without_a_gpu_the_bench_refuses_and_tunes_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(resnet50_gpu.autosched, "tune_networks", lambda *a, **k: pytest.fail("it tuned"))
+    assert resnet50_gpu.main(["--smoke", "--json-only"]) == 2
+    out, err = capsys.readouterr()
+    assert "this benchmark runs on an NVIDIA GPU and this machine has none" in err
+    line = json.loads(out.strip().splitlines()[-1])
+    assert line["bench"] == "resnet50_gpu" and line["rows"][0]["error"].startswith("no GPU: ")
