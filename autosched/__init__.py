@@ -2,7 +2,7 @@
 
 The product layer: the operator library (``autosched.ops``), measurement
 (``autosched.measure``: builders, runners, verification), tuning records
-(``autosched.records``) and the command line (``autosched``). The compiler it drives is
+(``autosched.history.records``) and the command line (``autosched``). The compiler it drives is
 the ``ir`` package.
 """
 from . import ops
@@ -14,7 +14,7 @@ from .measure import (MAX_COST, BuildResult, DaskBuilder, DaskRunner, LocalBuild
 from .workers import WorkerCrashed, WorkerPool, WorkerTimeout
 from . import graph
 from .networks import NetworkTuneResult, tune_networks
-from .records import (NotATuningLog, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
+from .history.records import (NotATuningLog, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
                       best_record, best_records, distill_records, load_records, read_records, save_records)
 
 __version__ = "0.1.0"

@@ -23,10 +23,10 @@ import numpy as np
 import ir
 from . import graph, networks, ops
 from .graph import onnx_baselines as B
-from .base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
+from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .graph.zoo import ALIASES, NETWORKS
-from .records import is_tuning_log, read_records
-from .records_db import ENV_VAR as RECORDS_DB_ENV
+from .history.records import is_tuning_log, read_records
+from .history.database import ENV_VAR as RECORDS_DB_ENV
 
 PROG = "autosched"
 #: exit codes: a failure of the system (a full disk...), a user error (as argparse's), an

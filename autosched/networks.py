@@ -21,7 +21,7 @@ from task_scheduler import PrintTableInfo, TaskScheduler
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .measure import LocalBuilder, LocalRunner
 from .measure.jobs import last_level_cache_bytes
-from .records import RecordToFile
+from .history.records import RecordToFile
 from .tune import RETIME_BEST, prior_and_model, search_workers, tune_tasks
 
 

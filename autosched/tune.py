@@ -13,9 +13,9 @@ from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel
 from task_scheduler import TaskScheduler
 
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
-from .base_model import load_base_model
-from .records import RecordToFile, resume, trials_of
-from .records_db import RecordsDB, open_records_db, prior_knowledge
+from .history.base_model import load_base_model
+from .history.records import RecordToFile, resume, trials_of
+from .history.database import RecordsDB, open_records_db, prior_knowledge
 from .space import as_task
 from .workers import WorkerPool
 
@@ -128,7 +128,7 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
 
     ``base_model`` (the XGBoost cost models' starting point; "default": the shipped one or
     ``$AUTOSCHED_BASE_MODEL``, a path, or None) and ``records_db`` (the local records
-    database, ``autosched.records_db``; "default", a path, or None): with either, the first
+    database, ``autosched.history.database``; "default", a path, or None): with either, the first
     batch is already chosen by the cost model, no random warm-up.
 
     Tuning one computation is tuning a network of one task: ``tune_tasks`` with a

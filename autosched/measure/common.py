@@ -92,6 +92,13 @@ class HasCosts:
         """Mean seconds per call over the repeats; ``MAX_COST`` for a failed measurement."""
         return statistics.fmean(self.costs) if self.ok and self.costs else MAX_COST
 
+    @property
+    def rank(self) -> tuple[bool, float]:
+        """The one order of a workload's programs (smaller first: the measurer's best so far,
+        ``history.records.ranked``): re-timings in turns first (on a noisy machine the fastest
+        single trial is often only the luckiest), then the fastest."""
+        return not getattr(self, "retimed", False), self.mean_cost
+
 
 @dataclass(frozen=True)
 class MeasureResult(HasCosts):

@@ -10,9 +10,9 @@ import pytest
 
 import autosched
 import ir
-from autosched import base_model as B
+from autosched.history import base_model as B
 from autosched import cli
-from autosched.records import read_records
+from autosched.history.records import read_records
 import sketch_rules as SR
 from evolution import SearchParams, SketchPolicy, XGBoostModel
 from evolution.cost_model import pairwise_accuracy

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -14,8 +15,8 @@ import pytest
 import autosched
 import ir
 from autosched import MeasureInput, MeasureResult, TuningRecord
-from autosched import records_db as D
-from autosched.records import trials_of
+from autosched.history import database as D
+from autosched.history.records import trials_of
 from evolution import SearchParams, SketchPolicy
 from tests.autosched.stand_ins import StandInBuilder, StandInRunner
 
@@ -56,7 +57,7 @@ WRITER = textwrap.dedent('''
     import sys
     import ir
     from autosched import MeasureInput, MeasureResult, TuningRecord
-    from autosched.records_db import RecordsDB
+    from autosched.history.database import RecordsDB
     from tests.autosched.test_records_db import matmul_task, record
     task, tag, batches = matmul_task(), int(sys.argv[2]), int(sys.argv[3])
     db = RecordsDB(sys.argv[1])
@@ -82,7 +83,9 @@ def test_concurrent_writers_in_two_processes_never_interleave_or_lose_lines(tmp_
     assert len(D.RecordsDB(path).read()) == 800
 
 
-def test_a_truncated_last_line_is_skipped_with_a_warning_and_never_rewritten(tmp_path):
+def test_a_truncated_last_line_is_skipped_by_readers_and_cut_by_the_next_writer(tmp_path):
+    """As in a tuning log (one appender, ``records.append_records``): the torn record of a
+    killed writer is cut under the lock, the lines before it stay."""
     task = matmul_task()
     path = tmp_path / "db.jsonl"
     db = D.RecordsDB(path)
@@ -94,10 +97,11 @@ def test_a_truncated_last_line_is_skipped_with_a_warning_and_never_rewritten(tmp
         assert [r.mean_cost for r in db.read()] == [1e-5, 2e-5]
     with pytest.warns(RuntimeWarning, match="truncated"):
         db.read([task.workload_key])          # the filtered read warns too
-    db.append([record(task, 16, 4e-5)])
-    lines = path.read_text().split("\n")
-    assert lines[2] == torn                   # kept as it was
-    with pytest.warns(RuntimeWarning, match="line 3 is not a record"):
+    with pytest.warns(RuntimeWarning, match="cut a truncated record"):
+        db.append([record(task, 16, 4e-5)])
+    assert [json.loads(line)["costs"] for line in path.read_text().splitlines()] == [[1e-5], [2e-5], [4e-5]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert [r.mean_cost for r in db.read()] == [1e-5, 2e-5, 4e-5]
 
 
@@ -142,7 +146,7 @@ def test_without_the_database_nothing_is_written_and_warm_up_is_random(tmp_path,
 
 
 def test_records_of_other_workloads_train_the_model_a_tuning_starts_from(tmp_path):
-    from autosched.base_model import training_workloads
+    from autosched.history.base_model import training_workloads
     w = training_workloads()["GMM-1x256x256x256"]
     other = ir.SearchTask(ir.ComputeDAG(w.tensors), desc="")    # rebuilt from its key alone
     states = [other.dag.init_state().split("batch_matmul", "ax2", [f]) for f in (2, 4, 8, 16)]

@@ -19,10 +19,10 @@ from collections.abc import Iterable
 import ir
 from evolution import XGBoostModel
 
-from . import ops
+from .. import ops
 
 #: the model file shipped with the package
-SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "base_model.json")
+SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "base_model.json")
 #: the environment variable that chooses the base model: a file, or "off"
 ENV_VAR = "AUTOSCHED_BASE_MODEL"
 OFF = ("off", "none", "0", "")

@@ -6,9 +6,9 @@ Where: ``~/.cache/autosched/records.jsonl``, or ``$AUTOSCHED_RECORDS_DB``, or th
 ``--no-records-db``) disables it. Its lines are tuning records (``autosched.records``;
 read with ``read_records``). Writers take an exclusive ``flock`` and append a whole batch
 with one ``write``, so that concurrent tunings never interleave or lose lines; readers
-take a shared lock. A truncated last line (a process killed mid-write on a filesystem
-without the lock) is skipped with a warning by every reader and never rewritten: the next
-writer starts a new line after it.
+take a shared lock. A truncated last line (a process killed mid-write) is skipped with a
+warning by every reader and cut by the next writer, as in a tuning log
+(``records.end_last_line``).
 
 What a tuning learns from it (``prior_knowledge``): the records of its own workloads and
 target are taken in as a resumed log is (not measured again, their best is the best so
@@ -22,8 +22,8 @@ import fcntl
 import os
 from collections.abc import Iterable
 
-from .measure.common import MeasureInput, MeasureResult
-from .records import TuningRecord, check_log_file, read_records
+from ..measure.common import MeasureInput, MeasureResult
+from .records import TuningRecord, append_records, check_log_file, read_records
 
 #: the environment variable that moves (a path) or disables ("off") the database
 ENV_VAR = "AUTOSCHED_RECORDS_DB"
@@ -73,23 +73,17 @@ class RecordsDB:
         return [r for r in records if target is None or r.target == target]
 
     def append(self, records: Iterable[TuningRecord]) -> int:
-        """Append records, all in one ``write`` under the exclusive lock; returns how many."""
-        lines = [r.to_json() + "\n" for r in records]
-        if not lines:
+        """Append records, all in one ``write`` under the exclusive lock
+        (``records.append_records``); returns how many."""
+        records = list(records)
+        if not records:
             return 0
         folder = os.path.dirname(self.path)
         if folder:
             os.makedirs(folder, exist_ok=True)
         check_log_file(self.path)   # never append to a file that is not a tuning log
         with self._locked(exclusive=True) as fd:
-            data = "".join(lines).encode()
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data   # after a truncated line: start a new one, leave it as it is
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        return len(lines)
+            return append_records(fd, self.path, records)
 
     def writer(self) -> "RecordToDB":
         return RecordToDB(self)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 import ir
 from ir.build import build_with
 
-from .measure.common import HasCosts, MeasureInput, MeasureResult
+from ..measure.common import HasCosts, MeasureInput, MeasureResult
 from .zero_trial import ZeroTrial
 
 #: the version of the record format written here (readers skip newer lines with a warning)
@@ -224,7 +224,7 @@ def _ranked(records: Iterable[TuningRecord], target: str | None) -> dict[str, li
         latest = {ident(r): r for r in ok if r.retimed}  # (in log order: the last one stays)
         seen, ranked = set(), []
         for r in sorted(list(latest.values()) + [r for r in ok if not r.retimed],
-                        key=lambda r: (not r.retimed, r.mean_cost)):
+                        key=lambda r: r.rank):
             if ident(r) not in seen:
                 seen.add(ident(r))
                 ranked.append(r)
@@ -332,9 +332,8 @@ class RecordToFile:
     """A measure callback that appends each measured program to a tuning log as soon as it
     is measured (one ``write`` per line; ``flush()``, called after each batch, fsyncs).
     The file is checked when the object is made (``check_log_file``): a file that is not a
-    tuning log, or that cannot be written, fails then, before anything is measured. A last
-    line without its newline gets one before appending (a truncated record of ours, left by
-    a killed run, is cut instead: a record is one line)."""
+    tuning log, or that cannot be written, fails then, before anything is measured. The
+    first write ends the file's last line as ``end_last_line`` does."""
 
     def __init__(self, path):
         self.path = check_log_file(path)
@@ -342,8 +341,9 @@ class RecordToFile:
 
     def _open(self) -> int:
         if self._fd is None:
-            _terminate_last_line(self.path)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            end_last_line(fd, self.path)
+            self._fd = fd
         return self._fd
 
     def read(self) -> list[TuningRecord]:
@@ -355,12 +355,7 @@ class RecordToFile:
         self.write(TuningRecord.from_measure(inp, res))
 
     def write(self, record: TuningRecord) -> None:
-        data = (record.to_json() + "\n").encode()
-        fd = self._open()
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        write_all(self._open(), (record.to_json() + "\n").encode())
 
     def flush(self) -> None:
         if self._fd is not None:
@@ -377,32 +372,45 @@ class RecordToFile:
             self.close()
 
 
-def _terminate_last_line(path: str) -> None:
-    """End the file with a newline before appending: a last line without one is kept and
-    terminated (a record, a comment, a user's note), except a truncated record of ours (it
-    starts like our lines and does not parse), which is cut with a warning."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return
+def append_records(fd: int, path: str, records: Iterable[TuningRecord]) -> int:
+    """The one appender of the history: ``records`` as whole lines at the end of the log
+    open (read-write, ``O_APPEND``) at ``fd``, after ``end_last_line``; returns how many."""
+    lines = [r.to_json() + "\n" for r in records]
+    if lines:
+        end_last_line(fd, path)
+        write_all(fd, "".join(lines).encode())
+    return len(lines)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def end_last_line(fd: int, path: str) -> None:
+    """End the file open at ``fd`` (read-write) with a newline before appending: a last line
+    without one is kept and terminated (a record, a comment, a user's note), except a
+    truncated record of ours (it starts like our lines and does not parse: a run killed
+    while writing), which is cut with a warning. The one treatment of a truncated line."""
+    size = os.fstat(fd).st_size
     if size == 0:
         return
-    with open(path, "rb+") as f:
-        f.seek(max(0, size - (1 << 20)))
-        tail = f.read()
-        if tail.endswith(b"\n"):
+    start = max(0, size - (1 << 20))
+    tail = os.pread(fd, size - start, start)
+    if tail.endswith(b"\n"):
+        return
+    cut = tail.rfind(b"\n") + 1
+    last = tail[cut:]
+    if last.lstrip().startswith(_RECORD_PREFIX):
+        try:
+            json.loads(last)
+        except ValueError:
+            warnings.warn(f"autosched: {path}: cut a truncated record at the end (a run killed while "
+                          "writing?) before appending", RuntimeWarning, stacklevel=4)
+            os.ftruncate(fd, start + cut)
             return
-        cut = tail.rfind(b"\n") + 1
-        last = tail[cut:]
-        if last.lstrip().startswith(_RECORD_PREFIX):
-            try:
-                json.loads(last)
-            except ValueError:
-                warnings.warn(f"autosched: {path}: cut a truncated record at the end (a run killed while "
-                              "writing?) before appending", RuntimeWarning, stacklevel=4)
-                f.truncate(size - len(tail) + cut)
-                return
-        f.write(b"\n")
+    write_all(fd, b"\n")
 
 
 # re-applying the best programs -----------------------------------------------------------
