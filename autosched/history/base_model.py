@@ -11,6 +11,7 @@ another file, or ``off``).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import warnings
@@ -118,7 +119,7 @@ def training_programs(records: Iterable, *, on_skip=None) -> list[tuple]:
         ident = (rec.workload_key, rec.target, rec.layout_rewrite)
         if ident not in tasks:
             dag = rebuild_workload(rec.workload_key, rec.desc)
-            hardware = ir.HardwareParams(**rec.hardware) if rec.hardware else None
+            hardware = hardware_from_record(rec.hardware)
             tasks[ident] = None if dag is None else ir.SearchTask(dag, target=rec.target, hardware=hardware,
                                                                    layout_rewrite=rec.layout_rewrite, desc=rec.desc)
         task = tasks[ident]
@@ -134,6 +135,19 @@ def training_programs(records: Iterable, *, on_skip=None) -> list[tuple]:
             continue
         out.append((task, state, rec.mean_cost if rec.ok else None))
     return out
+
+
+def hardware_from_record(fields) -> ir.HardwareParams | None:
+    """The ``HardwareParams`` a record names, ignoring fields this version does not know (a
+    newer autosched sharing the records database writes them); None when the record has
+    none, or not all the fields this version needs."""
+    if not isinstance(fields, dict):
+        return None
+    known = {f.name for f in dataclasses.fields(ir.HardwareParams)}
+    try:
+        return ir.HardwareParams(**{k: v for k, v in fields.items() if k in known})
+    except (TypeError, ValueError):
+        return None
 
 
 #: the size of the base model: trees of this depth, at most this many (the shipped one is

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 
 import ir
 from ir.build import build_with
+from ir.step_limits import check_state_limits, check_step_records
 
 from ..measure.common import HasCosts, MeasureInput, MeasureResult
 from .zero_trial import ZeroTrial
@@ -70,11 +71,16 @@ class TuningRecord(HasCosts):
 
     def state(self, dag) -> ir.State:
         """The recorded program, replayed on ``dag`` (which must be the recorded workload);
-        raises ``ir.InvalidStep`` if its steps do not replay."""
+        raises ``ir.InvalidStep`` if its steps do not replay or are over the caps on a
+        program read from a file (``ir.step_limits``: checked before replay and before any
+        lowering, so that replaying and building a record costs bounded time and memory)."""
         key = dag.workload_key()
         if key != self.workload_key:
             raise ValueError(f"the record is of workload {self.workload_key}, the DAG given is {key}")
-        return ir.State.from_steps(dag, self.steps)
+        check_step_records(self.steps)
+        state = ir.State.from_steps(dag, self.steps)
+        check_state_limits(state)
+        return state
 
     def result(self) -> MeasureResult:
         return MeasureResult(tuple(self.costs), self.error_no, self.error_msg, self.all_cost, self.timestamp,
