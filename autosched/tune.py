@@ -15,7 +15,7 @@ from task_scheduler import TaskScheduler
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
 from .history.base_model import load_base_model
 from .history.records import RecordToFile, resume, trials_of
-from .history.database import RecordsDB, open_records_db, prior_knowledge
+from .history.database import RecordsDB, open_records_db, prior_knowledge, reconcile
 from .space import as_task
 from .workers import WorkerPool
 
@@ -194,6 +194,8 @@ def tune_tasks(scheduler: TaskScheduler, policies, model, *, trials: int, measur
     measurer = ProgramMeasurer(builder or LocalBuilder(), runner or LocalRunner(), callbacks=callbacks)
     try:
         earlier = log.read() if log is not None else []
+        if db is not None:
+            reconcile(db, earlier, scheduler.tasks)
         seen = {(r.workload_key, r.target, r.program) for r in earlier}
         earlier += [r for r in prior if (r.workload_key, r.target, r.program) not in seen]
         if earlier:

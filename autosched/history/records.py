@@ -33,6 +33,7 @@ import ir
 from ir.build import build_with
 from ir.step_limits import check_state_limits, check_step_records
 
+from ..files import MAX_RECORD_LINE_BYTES, MAX_RECORDS_FILE_BYTES, read_bounded
 from ..measure.common import HasCosts, MeasureInput, MeasureResult
 from .zero_trial import ZeroTrial
 
@@ -162,14 +163,13 @@ def _lists(v):
 # reading -------------------------------------------------------------------------------
 
 def read_records(path, workload_keys=None) -> list[TuningRecord]:
-    """Every record of a file, in file order. Comments and blank lines are skipped; so is,
+    """Every record of a file (a regular file of at most ``MAX_RECORDS_FILE_BYTES``, else
+    ``files.UnreadableFile``), in file order. Comments and blank lines are skipped; so is,
     with one warning each, every line that is not a record this version reads: a truncated
     last line (a run killed while writing), a newer format's line, anything else.
     ``workload_keys``: only the records of these workloads (other lines are not parsed)."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    text = data.decode("utf-8", errors="replace")
+    text = read_bounded(path, "tuning log", MAX_RECORDS_FILE_BYTES).decode("utf-8", errors="replace")
     lines = text.split("\n")
     complete = text.endswith("\n") or text == ""
     records: list[TuningRecord] = []
@@ -178,6 +178,10 @@ def read_records(path, workload_keys=None) -> list[TuningRecord]:
         if not stripped or stripped.startswith("#"):
             continue
         last_incomplete = number == len(lines) and not complete
+        if len(stripped) > MAX_RECORD_LINE_BYTES:
+            warnings.warn(f"autosched: {path}: line {number} has {len(stripped)} characters, over the "
+                          f"{MAX_RECORD_LINE_BYTES} a record may have; skipped it", RuntimeWarning, stacklevel=2)
+            continue
         if workload_keys is not None and not last_incomplete and not any(k in stripped for k in workload_keys):
             continue
         try:
@@ -297,6 +301,8 @@ def is_tuning_log(path) -> bool:
     path = os.fspath(path)
     if not os.path.exists(path):
         return True
+    if not os.path.isfile(path):
+        return False   # (a device reads forever, a FIFO blocks)
     with open(path, "rb") as f:
         head = f.read(1 << 20)
     for line in head.split(b"\n"):
@@ -324,6 +330,8 @@ def check_log_file(path) -> str:
     path = os.fspath(path)
     if os.path.isdir(path):
         raise NotATuningLog(f"the tuning log {path!r} is a directory; expected a file path")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise NotATuningLog(f"the tuning log {path!r} is not a regular file (a device, a FIFO?); expected a file path")
     if not is_tuning_log(path):
         raise NotATuningLog(f"{path!r} is not a tuning log (its first line is neither a record nor a '#' comment); "
                             "autosched does not write to files it did not write: give a new or empty file")
