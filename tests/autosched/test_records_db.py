@@ -96,7 +96,10 @@ def test_a_truncated_last_line_is_skipped_by_readers_and_cut_by_the_next_writer(
     with pytest.warns(RuntimeWarning, match="truncated"):
         assert [r.mean_cost for r in db.read()] == [1e-5, 2e-5]
     with pytest.warns(RuntimeWarning, match="truncated"):
-        db.read([task.workload_key])          # the filtered read warns too
+        D.RecordsDB(path).read([task.workload_key])      # the filtered read warns too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        db.read()                                        # (once per database object)
     with pytest.warns(RuntimeWarning, match="cut a truncated record"):
         db.append([record(task, 16, 4e-5)])
     assert [json.loads(line)["costs"] for line in path.read_text().splitlines()] == [[1e-5], [2e-5], [4e-5]]
