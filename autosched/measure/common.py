@@ -143,6 +143,13 @@ class MeasureResult(HasCosts):
         return f"MeasureResult({self.error.label}: {self.error_msg.splitlines()[0] if self.error_msg else ''})"
 
 
+class MeasurementLost(RuntimeError):
+    """A job whose machine (a Dask worker, or the whole cluster) was lost before it reported:
+    not a measurement of the program, so never an error record. The measurer measures the
+    batch's unreported programs again once; when that is lost too (no cluster left), it
+    raises this after the results that did report are handed to the callbacks (logged)."""
+
+
 def short(msg: str, limit: int = 2000) -> str:
     """An error message cut to ``limit`` characters (the head and the tail, which says most)."""
     if len(msg) <= limit:

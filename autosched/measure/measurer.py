@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import ir
 
 from .builder import LocalBuilder
-from .common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult
+from .common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult, MeasurementLost
 from .runner import LocalRunner
 
 
@@ -184,9 +184,7 @@ class ProgramMeasurer:
                 results[i] = res
                 self._record(inputs[i], keys[i], res)
 
-            builds = self.builder.build(batch)
-            self.runner.run(batch, builds, on_result, timeout=self._run_timeout(batch))
-            self._flush_callbacks()
+            self._measure_batch(batch, on_result)
         for i, (inp, key) in enumerate(zip(inputs, keys)):  # duplicates within the batch
             if results[i] is None:
                 results[i] = self._workload(inp.task).results[key]
@@ -195,6 +193,35 @@ class ProgramMeasurer:
         if self.max_consecutive_errors and self.consecutive_errors >= self.max_consecutive_errors:
             raise TooManyMeasureErrors(self._stop_message(), dict(self.error_counts), results)
         return results
+
+    def _measure_batch(self, batch: list[MeasureInput], on_result) -> None:
+        """Build and run ``batch``, handing each result to ``on_result(index, result)``. A
+        job whose machine was lost before it reported (``MeasurementLost``) is not a
+        measurement: the batch's unreported programs are measured again, once; lost again
+        (no cluster left), the error goes up. Either way the results that did report reach
+        the callbacks (the log) first."""
+        reported: set[int] = set()
+
+        def report(j: int, res: MeasureResult) -> None:
+            reported.add(j)
+            on_result(j, res)
+
+        try:
+            for again in (False, True):
+                left = [j for j in range(len(batch)) if j not in reported]
+                part = [batch[j] for j in left]
+                try:
+                    builds = self.builder.build(part)
+                    self.runner.run(part, builds, lambda k, res: report(left[k], res),
+                                    timeout=self._run_timeout(part))
+                    return
+                except MeasurementLost as err:
+                    if again:
+                        raise
+                    print(f"[autosched] {err}; measuring the {len(batch) - len(reported)} program(s) that did not "
+                          "report again", file=sys.stderr, flush=True)
+        finally:
+            self._flush_callbacks()
 
     def retime(self, task, states, turns: int = 3) -> list[MeasureResult]:
         """Time programs of ``task`` measured before again, in ``turns`` turns (each
