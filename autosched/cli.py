@@ -27,6 +27,9 @@ from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MO
 from .graph.zoo import ALIASES, NETWORKS
 from .history.records import is_tuning_log, read_records
 from .history.database import ENV_VAR as RECORDS_DB_ENV
+from .files import MAX_BASE_MODEL_BYTES, MAX_INPUT_BYTES, MAX_MODEL_BYTES, MAX_RECORDS_FILE_BYTES, \
+    UnreadableFile, checked_size
+from .measure.common import MeasurementLost
 
 PROG = "autosched"
 #: exit codes: a failure of the system (a full disk...), a user error (as argparse's), an
@@ -84,12 +87,19 @@ def count(option: str, minimum: int):
 
 
 def log_file(text: str) -> str:
-    """A tuning log path that can be appended to: not a folder, in a folder that exists,
-    writable (checked before anything is tuned, so that no measurement is lost)."""
+    """A tuning log path that can be appended to: not a folder nor a device, in a folder
+    that exists, writable (checked before anything is tuned, so that no measurement is
+    lost), of a size we read."""
     folder = os.path.dirname(text) or "."
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"--log-file {text!r} is a directory; give a file (a new one, or a tuning "
                                          "log to resume)")
+    if os.path.exists(text):
+        _bounded("--log-file", text, "tuning log", MAX_RECORDS_FILE_BYTES)
+        if not is_tuning_log(text):
+            raise argparse.ArgumentTypeError(f"--log-file {text!r} is not a tuning log (its first line is neither a "
+                                             "record nor a '#' comment); autosched writes only to its own logs: "
+                                             "give a new file")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"--log-file {text!r}: the folder {folder!r} does not exist")
     if not os.access(text if os.path.exists(text) else folder, os.W_OK):
@@ -111,9 +121,18 @@ def workload_or_model(text: str) -> str:
 
 
 def model_file(text: str) -> str:
-    if not os.path.isfile(text):
+    if not os.path.exists(text):
         raise argparse.ArgumentTypeError(f"no ONNX model file at {text!r}")
-    return text
+    return _bounded("the model", text, "ONNX model", MAX_MODEL_BYTES)
+
+
+def _bounded(option: str, path: str, what: str, limit: int) -> str:
+    """``path`` if it is a regular file of at most ``limit`` bytes (``files.checked_size``)."""
+    try:
+        checked_size(path, what, limit)
+    except (UnreadableFile, OSError) as err:
+        raise argparse.ArgumentTypeError(f"{option}: {err}") from None
+    return path
 
 
 def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -139,18 +158,20 @@ def _add_seed(parser) -> None:
     parser.add_argument("--seed", type=count("--seed", 0), default=0, help="random seed (default 0)")
 
 
-def existing_file(option: str):
+def existing_file(option: str, what: str, limit: int):
+    """A regular file of at most ``limit`` bytes that exists."""
     def parse(text: str) -> str:
-        if not os.path.isfile(text):
+        if not os.path.exists(text):
             raise argparse.ArgumentTypeError(f"{option}: no file at {text!r}")
-        return text
+        return _bounded(option, text, what, limit)
     return parse
 
 
 def tuning_log(text: str) -> str:
     """An existing tuning log (read only)."""
-    if not os.path.isfile(text):
+    if not os.path.exists(text):
         raise argparse.ArgumentTypeError(f"no tuning log at {text!r}")
+    _bounded("LOG", text, "tuning log", MAX_RECORDS_FILE_BYTES)
     if not is_tuning_log(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a tuning log (its first line is neither a record nor "
                                          "a '#' comment)")
@@ -161,6 +182,8 @@ def records_db_file(text: str) -> str:
     """The records database's path: a file (made with its folder at the first write)."""
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"--records-db {text!r} is a directory; give a file path")
+    if os.path.exists(text):
+        _bounded("--records-db", text, "records database", MAX_RECORDS_FILE_BYTES)
     return text
 
 
@@ -168,7 +191,7 @@ def _add_base_model(parser) -> None:
     group = parser.add_mutually_exclusive_group()
     # the defaults are set on the parser: argparse would check a string default as a file
     parser.set_defaults(base_model="default")
-    group.add_argument("--base-model", type=existing_file("--base-model"), default=argparse.SUPPRESS, metavar="FILE",
+    group.add_argument("--base-model", type=existing_file("--base-model", "base cost model", MAX_BASE_MODEL_BYTES), default=argparse.SUPPRESS, metavar="FILE",
                        help=f"the base cost model (default: ${BASE_MODEL_ENV}, else the one shipped; "
                             f"`{PROG} pretrain` makes one)")
     group.add_argument("--no-base-model", dest="base_model", action="store_const", const=None,
@@ -448,11 +471,20 @@ def cmd_tune_network(args) -> int:
 # models from ONNX files -------------------------------------------------------------------
 
 def _import_model(path: str, shapes):
-    """The model at ``path`` as a graph; a model we cannot convert is a one-line error."""
+    """The model at ``path`` as a graph; a model we cannot read or convert is a one-line
+    error that names the file."""
     try:
         return graph.from_onnx(path, dict(shapes))
-    except (graph.UnsupportedModelError, ValueError) as err:
+    except ImportError as err:
         raise UsageError(str(err)) from None
+    except OSError as err:   # (external data that is not there)
+        raise UsageError(f"cannot read the ONNX model {path!r}: {err}") from None
+    except (ValueError, MemoryError, RecursionError) as err:
+        raise UsageError(f"cannot import the ONNX model {path!r}: {_explain(err)[0]}") from None
+    except Exception as err:  # noqa: BLE001 - onnx's and protobuf's own error types
+        if type(err).__name__ in ("DecodeError", "ValidationError", "InferenceError"):
+            raise UsageError(f"{path!r}: {_explain(err)[0]}") from None
+        raise
 
 
 def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
@@ -511,10 +543,12 @@ def cmd_tune_model(args) -> int:
 def add_run(sub) -> None:
     run = sub.add_parser("run", help="run an ONNX model with its tuned programs (from a tuning log)")
     run.add_argument("model", type=model_file, help="the .onnx file")
-    run.add_argument("--log-file", required=True,
+    run.add_argument("--log-file", required=True, type=run_log,
                      help="the tuning log of `autosched tune model.onnx --log-file` (read, never written)")
-    run.add_argument("--input", action="append", default=[], help=".npy file of an input (one per input, in order)")
-    run.add_argument("--output", default=None, help="write the output to this .npy file (.npz for several)")
+    run.add_argument("--input", action="append", default=[], type=existing_file("--input", ".npy input", MAX_INPUT_BYTES),
+                     help=".npy file of an input (one per input, in order)")
+    run.add_argument("--output", default=None, type=output_file,
+                     help="write the output to this .npy file (a .npz file for a model of several outputs)")
     run.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                      help="an input shape the model leaves open, e.g. input_ids=1x128")
     run.add_argument("--verify", action="store_true", help="check against onnxruntime and time both and PyTorch")
@@ -524,19 +558,71 @@ def add_run(sub) -> None:
     run.set_defaults(fn=cmd_run)
 
 
+def run_log(text: str) -> str:
+    """``run``'s tuning log: read, never written."""
+    if not os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"no tuning log at {text!r}; make one with `{PROG} tune MODEL.onnx "
+                                         f"--log-file {text}`")
+    return tuning_log(text)
+
+
+def output_file(text: str) -> str:
+    """Where ``run`` writes the outputs: a file path (the extension is checked against the
+    model's outputs once it is read: ``.npy`` for one, ``.npz`` for several)."""
+    folder = os.path.dirname(text) or "."
+    if not text.endswith((".npy", ".npz")):
+        raise argparse.ArgumentTypeError(f"--output {text!r}: expected a .npy file (a model of one output) or a .npz "
+                                         "file (several outputs)")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"--output {text!r}: the folder {folder!r} does not exist")
+    if os.path.exists(text) and not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"--output {text!r} is not a regular file")
+    return text
+
+
+def _load_input(path: str, spec) -> np.ndarray:
+    """The ``.npy`` file at ``path`` as the model input ``spec`` (its shape and dtype checked
+    from the header, before the data is read; never unpickled)."""
+    try:
+        header = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise UsageError(f"--input {path!r} is not a .npy array file ({str(err)[:200]})") from None
+    shape, dtype = tuple(getattr(spec, "shape", ())), np.dtype(getattr(spec, "dtype", header.dtype))
+    if not isinstance(header, np.ndarray) or tuple(header.shape) != shape or header.dtype != dtype:
+        raise UsageError(f"--input {path!r} holds a {getattr(header, 'dtype', '?')} array of shape "
+                         f"{list(getattr(header, 'shape', ()))}; the model's input '{spec.name}' is {dtype} "
+                         f"{list(shape)}")
+    return np.array(header)
+
+
+def _check_output(path: str | None, n_outputs: int) -> None:
+    """``--output`` must be a .npy file for a model of one output, a .npz file for several."""
+    want = ".npy" if n_outputs == 1 else ".npz"
+    if path and not path.endswith(want):
+        raise UsageError(f"--output {path!r}: the model has {n_outputs} output(s), which go to a {want} file")
+
+
+def _write_outputs(path: str, names: list[str], outputs) -> None:
+    """Write exactly ``path`` (file objects: numpy adds no extension): one output as that
+    .npy, several as that .npz."""
+    with open(path, "wb") as f:
+        if len(outputs) == 1:
+            np.save(f, outputs[0], allow_pickle=False)
+        else:
+            np.savez(f, **dict(zip(names, outputs)))
+
+
 def cmd_run(args) -> int:
     """``autosched run model.onnx --log-file F``: run a model with its tuned programs."""
-    if not os.path.isfile(args.log_file):
-        raise UsageError(f"no tuning log at {args.log_file!r}; make one with "
-                         f"`{PROG} tune {args.model} --log-file {args.log_file}`")
     model = _import_model(args.model, args.input_shape)
+    _check_output(args.output, len(model.outputs))
     executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
                                    base_model=args.base_model)
     if args.input:
         if len(args.input) != len(model.inputs):
             raise UsageError(f"the model takes {len(model.inputs)} inputs "
                              f"({', '.join(i.name for i in model.inputs)}), got {len(args.input)} --input files")
-        inputs = [np.load(f) for f in args.input]
+        inputs = [_load_input(f, spec) for f, spec in zip(args.input, model.inputs)]
     else:
         inputs = model.random_inputs(args.seed)
         print(f"# no --input: random inputs (seed {args.seed})")
@@ -547,10 +633,7 @@ def cmd_run(args) -> int:
     for node, out in zip(model.outputs, outputs):
         print(f"# output '{node.name}': shape {out.shape}, mean {float(out.mean()):.6g}")
     if args.output:
-        if len(outputs) == 1:
-            np.save(args.output, outputs[0])
-        else:
-            np.savez(args.output, **{n.name: o for n, o in zip(model.outputs, outputs)})
+        _write_outputs(args.output, [n.name for n in model.outputs], outputs)
         print(f"# written to {args.output}")
     latency = executor.benchmark(*inputs, repeat=5, min_repeat_ms=50)["median"]
     print(f"# {1e3 * latency:.3f} ms end to end ({len(executor.untuned)} of {len(executor.partitioned.tasks)} "
@@ -568,6 +651,10 @@ def model_output(text: str) -> str:
         raise argparse.ArgumentTypeError(f"-o {text!r}: the model file must end in .json or .ubj (XGBoost's formats)")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"-o {text!r}: the folder {folder!r} does not exist")
+    if os.path.isdir(text) or (os.path.exists(text) and not os.path.isfile(text)):
+        raise argparse.ArgumentTypeError(f"-o {text!r} is not a regular file; give the path of the model file to write")
+    if not os.access(folder, os.W_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"-o {text!r} cannot be written (no permission in {folder!r})")
     return text
 
 
@@ -658,31 +745,87 @@ def report_interrupt(args, argv: list[str], trials_before: int) -> None:
           f"resume with: {resume_command(argv, max(args.trials - saved, 0))}", file=sys.stderr)
 
 
+def report_lost_cluster(args, argv: list[str], trials_before: int, err: Exception) -> None:
+    """What a lost Dask cluster leaves behind: the programs saved, and how to go on."""
+    path = getattr(args, "log_file", None)
+    if not path:
+        print(f"{PROG}: error: {err}; the Dask cluster is gone and nothing was saved (no --log-file)", file=sys.stderr)
+        return
+    total = count_trials(path)
+    saved = max(total - trials_before, 0)
+    print(f"{PROG}: error: {err}; the Dask cluster is gone: {saved} new programs were saved in {path} ({total} in "
+          f"all); resume with: {resume_command(argv, max(args.trials - saved, 0))}", file=sys.stderr)
+
+
 # entry point ----------------------------------------------------------------------------------
 
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="A template-free auto-scheduler for tensor programs.")
+    parser.add_argument("--debug", action="store_true", default=False,
+                        help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (add_list, add_build, add_tune, add_run, add_sketches, add_pretrain):
         add(sub)
+    for command in sub.choices.values():   # (also after the subcommand: `autosched tune ... --debug`)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
+#: the environment variable that shows tracebacks (as ``--debug``)
+DEBUG_ENV = "AUTOSCHED_DEBUG"
+
+
+def _debugging(args) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "").strip().lower() not in OFF_VALUES
+
+
+OFF_VALUES = ("", "0", "off", "no", "false")
+
+
+def _error(message: str, code: int) -> int:
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return code
+
+
 def main(argv=None) -> int:
+    """Run one subcommand. Every error is one line, ``autosched: error: ...``: exit code 2
+    for what the user gave (a bad value, a file that is not what it should be), 1 for the
+    machine's (a full disk, no GPU) and for our own bugs, which also say how to see the
+    traceback (``--debug``, or ``AUTOSCHED_DEBUG=1``: then the traceback is shown)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
     trials_before = count_trials(getattr(args, "log_file", None))
     try:
         return args.fn(args)
-    except UsageError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return USAGE_ERROR
-    except (OSError, ir.NoCudaDevice) as err:  # the machine's, not ours: a full disk, no GPU
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return SYSTEM_ERROR
     except KeyboardInterrupt:
         report_interrupt(args, argv, trials_before)
         return INTERRUPTED
+    except MeasurementLost as err:
+        if _debugging(args):
+            raise
+        report_lost_cluster(args, argv, trials_before, err)
+        return SYSTEM_ERROR
+    except Exception as err:  # noqa: BLE001 - one line for every error, the traceback on request
+        if _debugging(args):
+            raise
+        return _error(*_explain(err))
+
+
+def _explain(err: Exception) -> tuple[str, int]:
+    """The one line that reports ``err`` and the exit code."""
+    if isinstance(err, (UsageError, ValueError)):   # (NotATuningLog, UnreadableFile, UnsupportedModelError...)
+        return str(err), USAGE_ERROR
+    if isinstance(err, MemoryError):
+        return (f"out of memory ({str(err)[:200] or 'MemoryError'}): the model or workload needs more memory than "
+                "this machine has"), USAGE_ERROR
+    if isinstance(err, RecursionError):
+        return f"the input is nested too deeply to process ({err})", USAGE_ERROR
+    if isinstance(err, (OSError, ir.NoCudaDevice)):   # the machine's, not ours: a full disk, no GPU
+        return str(err), SYSTEM_ERROR
+    if type(err).__name__ in ("DecodeError", "ValidationError", "InferenceError"):   # protobuf's, onnx's
+        return f"the file is not a valid ONNX model ({type(err).__name__}: {str(err)[:300]})", USAGE_ERROR
+    return (f"internal error, {type(err).__name__}: {str(err)[:300]} (a bug of autosched: run with --debug for the "
+            "traceback, and report it)"), SYSTEM_ERROR
 
 
 if __name__ == "__main__":

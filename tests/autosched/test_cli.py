@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import autosched
@@ -104,7 +105,8 @@ def interrupted_tuning(records):
 
 def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path, monkeypatch, capsys):
     log = tmp_path / "my log.json"
-    log.write_text('{"old": 1}\n{"old": 2}\n{"old": 2,"retimed":true}\n')  # a re-timing is no trial
+    old = '{"v":1,"workload_key":"k","old":%d%s}\n'
+    log.write_text(old % (1, "") + old % (2, "") + old % (2, ',"retimed":true'))  # a re-timing is no trial
     monkeypatch.setattr(autosched.tune, "auto_schedule", interrupted_tuning(3))
     rc = cli.main(["tune", GMM, "--trials", "50", "--log-file", str(log), "--seed", "1"])
     assert rc == 130
@@ -165,9 +167,14 @@ def test_every_command_line_of_the_readme_parses(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # the model files the examples name exist here
     for word in {w for words in commands for w in words if w.endswith(".onnx")}:
         (tmp_path / word).write_bytes(b"")
-    for words in commands:      # the logs `pretrain` reads
+    for words in commands:      # the logs `pretrain` and `run` read, `run`'s inputs
         if words[1] == "pretrain":
             for word in words[2:words.index("-o")]:
+                (tmp_path / word).write_text("# a tuning log\n")
+        for option, word in zip(words[1:-1], words[2:]):
+            if option == "--input":
+                np.save(tmp_path / word, np.zeros(1, np.float32))
+            elif option == "--log-file" and words[1] == "run":
                 (tmp_path / word).write_text("# a tuning log\n")
     for words in commands:
         args = parser.parse_args(words[1:])
