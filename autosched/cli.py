@@ -67,8 +67,8 @@ def positive_number(option: str):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{option} must be a number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{option} must be > 0, got {text}")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{option} must be a number > 0 (finite), got {text}")
         return value
     return parse
 
@@ -471,20 +471,19 @@ def cmd_tune_network(args) -> int:
 # models from ONNX files -------------------------------------------------------------------
 
 def _import_model(path: str, shapes):
-    """The model at ``path`` as a graph; a model we cannot read or convert is a one-line
-    error that names the file."""
+    """The model at ``path`` as a graph. A model we cannot read or convert is a one-line
+    error that names the file (exit code 2: it is about the file given, even where the
+    importer's own check is what failed; ``--debug`` shows where)."""
     try:
         return graph.from_onnx(path, dict(shapes))
-    except ImportError as err:
-        raise UsageError(str(err)) from None
-    except OSError as err:   # (external data that is not there)
-        raise UsageError(f"cannot read the ONNX model {path!r}: {err}") from None
-    except (ValueError, MemoryError, RecursionError) as err:
-        raise UsageError(f"cannot import the ONNX model {path!r}: {_explain(err)[0]}") from None
-    except Exception as err:  # noqa: BLE001 - onnx's and protobuf's own error types
-        if type(err).__name__ in ("DecodeError", "ValidationError", "InferenceError"):
-            raise UsageError(f"{path!r}: {_explain(err)[0]}") from None
+    except (KeyboardInterrupt, SystemExit):
         raise
+    except ImportError as err:
+        raise UsageError(str(err)) from err
+    except Exception as err:  # noqa: BLE001 - onnx's, protobuf's and the importer's errors alike
+        why = _explain(err)[0] if not isinstance(err, (TypeError, AttributeError, KeyError, IndexError)) else \
+            f"{type(err).__name__}: {str(err)[:300]}"
+        raise UsageError(f"cannot import the ONNX model {path!r}: {why}") from err   # (--debug shows both)
 
 
 def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
@@ -800,6 +799,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         report_interrupt(args, argv, trials_before)
         return INTERRUPTED
+    except BrokenPipeError:   # (`autosched list | head`: the reader has what it wanted)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except MeasurementLost as err:
         if _debugging(args):
             raise
@@ -823,7 +825,7 @@ def _explain(err: Exception) -> tuple[str, int]:
     if isinstance(err, (OSError, ir.NoCudaDevice)):   # the machine's, not ours: a full disk, no GPU
         return str(err), SYSTEM_ERROR
     if type(err).__name__ in ("DecodeError", "ValidationError", "InferenceError"):   # protobuf's, onnx's
-        return f"the file is not a valid ONNX model ({type(err).__name__}: {str(err)[:300]})", USAGE_ERROR
+        return f"not a valid ONNX model ({type(err).__name__}: {str(err)[:300]})", USAGE_ERROR
     return (f"internal error, {type(err).__name__}: {str(err)[:300]} (a bug of autosched: run with --debug for the "
             "traceback, and report it)"), SYSTEM_ERROR
 

@@ -22,7 +22,7 @@ from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partitio
 from .measure import LocalBuilder, LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .history.records import RecordToFile
-from .tune import RETIME_BEST, prior_and_model, search_workers, tune_tasks
+from .tune import RETIME_BEST, check_tuning_numbers, prior_and_model, search_workers, tune_tasks
 
 
 def as_partitioned(network, batch: int = 1, fold_batch_norm: bool = True,
@@ -137,6 +137,9 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     The default ``runner`` times programs as they run in the model: with their weights
     evicted from the caches when the networks' weights exceed the last-level cache
     (``weights_exceed_cache``; ``LocalRunner(cold_constants=True)``), else warm."""
+    check_tuning_numbers(measure_batch=measure_batch, early_stopping=early_stopping,
+                         early_stopping_per_task=early_stopping_per_task, retime_best=retime_best,
+                         time_budget_s=time_budget_s, **({} if trials is None else {"trials": trials}))
     log = RecordToFile(log_file) if log_file else None
     nets = networks if isinstance(networks, (list, tuple)) else [networks]
     parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks, winograd) for n in nets]

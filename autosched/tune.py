@@ -4,6 +4,7 @@ records, resume, early stopping, a progress line — and return its best kernel;
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 import time
 from dataclasses import dataclass, field
@@ -133,8 +134,8 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
 
     Tuning one computation is tuning a network of one task: ``tune_tasks`` with a
     round-robin ``TaskScheduler``."""
-    if trials < 0 or measure_batch < 1:
-        raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {trials} and {measure_batch}")
+    check_tuning_numbers(trials=trials, measure_batch=measure_batch, early_stopping=early_stopping,
+                         retime_best=retime_best, time_budget_s=time_budget_s)
     log = RecordToFile(log_file) if log_file else None
     task = as_task(dag_or_task, layout_rewrite=layout_rewrite, target=target)
     if task.target_kind == "gpu" and runner is None and trials > 0:
@@ -163,6 +164,32 @@ def auto_schedule(dag_or_task, trials: int = 1000, measure_batch: int = 64, log_
                       scheduler.total_trials, history, seconds["search"], seconds["measure"], seconds["build"],
                       seconds["run"], {e.label: n for e, n in measurer.error_counts.items()},
                       dict(policy.evolution.rejected.counts))
+
+
+#: the least value of each count the tuning functions take (None allowed where optional)
+_COUNTS = {"trials": (0, False), "measure_batch": (1, False), "early_stopping": (1, True),
+           "early_stopping_per_task": (1, True), "retime_best": (0, False)}
+
+
+def check_tuning_numbers(**values) -> None:
+    """Refuse a count of the tuning functions that is not an integer (``trials=2.5``,
+    ``trials="8"``: ``TypeError``) or is too small (``ValueError``), and a time budget that
+    is not a positive number of seconds, before anything is tuned."""
+    for name, value in values.items():
+        if name == "time_budget_s":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise TypeError(f"time_budget_s must be seconds (a number) or None, got {value!r}")
+            if value is not None and not (0 < value < math.inf):
+                raise ValueError(f"time_budget_s must be positive and finite, got {value!r}")
+            continue
+        least, optional = _COUNTS[name]
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer >= {least}{' or None' if optional else ''}, got {value!r} "
+                            f"({type(value).__name__})")
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
 
 
 def prior_and_model(tasks, cost_model, seed: int, base_model, records_db):
