@@ -19,8 +19,10 @@ from collections.abc import Iterable
 
 import ir
 from evolution import XGBoostModel
+from evolution.features import N_FEATURES
 
 from .. import ops
+from ..files import MAX_BASE_MODEL_BYTES, checked_size
 
 #: the model file shipped with the package
 SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "base_model.json")
@@ -182,7 +184,12 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
 
 @functools.lru_cache(maxsize=8)
 def _load(path: str) -> XGBoostModel:
-    return XGBoostModel.from_file(path, objective="rank")
+    checked_size(path, "base cost model", MAX_BASE_MODEL_BYTES)
+    model = XGBoostModel.from_file(path, objective="rank")
+    got = model.booster.num_features() if model.booster is not None else None
+    if got != N_FEATURES:   # (a model of other features fails at the first prediction, deep in a search)
+        raise ValueError(f"it ranks programs by {got} features; this autosched's have {N_FEATURES}")
+    return model
 
 
 def base_model_path(spec="default") -> str | None:

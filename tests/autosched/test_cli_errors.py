@@ -51,12 +51,17 @@ def test_a_foreign_file_as_the_log_is_one_line(tmp_path, capsys):
     assert "is not a tuning log" in err and notes.read_text() == "my notes\n"
 
 
-def test_a_garbage_base_model_is_one_line(tmp_path, capsys):
-    model = tmp_path / "model.json"
-    model.write_text('{"learner": 3}')
-    err = one_line_error(capsys, run_main(["tune", GMM, "--trials", "0", "--base-model", str(model),
-                                           "--no-records-db"]))
-    assert "base cost model" in err and str(model) in err
+def test_a_garbage_or_mismatched_base_model_is_one_line(tmp_path, capsys):
+    """The issue's case: 21 frames from XGBoost, at the first prediction of a search."""
+    xgboost = pytest.importorskip("xgboost")
+    garbage, other = tmp_path / "model.json", tmp_path / "other.json"
+    garbage.write_text('{"learner": 3}')
+    rng = np.random.default_rng(0)
+    xgboost.train({}, xgboost.DMatrix(rng.random((20, 3)), label=rng.random(20)), 2).save_model(str(other))
+    for model, message in ((garbage, "cannot be read"), (other, "ranks programs by 3 features")):
+        err = one_line_error(capsys, run_main(["tune", GMM, "--trials", "0", "--base-model", str(model),
+                                               "--no-records-db"]))
+        assert "base cost model" in err and str(model) in err and message in err
 
 
 def test_pretrain_into_a_folder_or_a_bad_name_is_one_line(tmp_path, capsys):
