@@ -409,8 +409,8 @@ def _tune(args) -> int:
                            early_stopping=args.early_stopping, time_budget_s=_seconds(args.minutes),
                            **_history(args), **_retime(args), **args.measurement)
     if result.kernel is None:
-        print("# no valid program was found", file=sys.stderr)
-        return 1
+        return _error(f"no valid program of {args.workload} was found ({result.trials} trials in this run"
+                      f"{', none valid in ' + args.log_file if args.log_file else ''})", SYSTEM_ERROR)
     if target == "cuda":
         return _report_cuda(args.workload, w, result, args.seed)
     inputs = w.random_inputs(np.random.default_rng(args.seed))

@@ -197,3 +197,18 @@ def test_run_checks_its_inputs_before_reading_them(models, tmp_path, capsys):
         err = one_line_error(capsys, run_main(["run", str(models["matmul"]), "--log-file", str(log), "--input",
                                                str(path), "--no-base-model"]))
         assert message in err
+
+
+def test_a_lost_dask_cluster_says_what_was_saved_and_how_to_resume(tmp_path, monkeypatch, capsys):
+    """The issue's case ended in a ``ClosedClientError`` traceback."""
+    from autosched.measure.common import MeasurementLost
+
+    def tune(task, trials, log_file=None, **kwargs):
+        with open(log_file, "a") as f:
+            f.writelines('{"v":1,"workload_key":"k","n":%d}\n' % i for i in range(5))
+        raise MeasurementLost("a Dask job was lost before it reported: it was cancelled")
+    monkeypatch.setattr(autosched.tune, "auto_schedule", tune)
+    log = tmp_path / "log.json"
+    err = one_line_error(capsys, cli.main(["tune", GMM, "--trials", "8", "--log-file", str(log)]), 1)
+    assert "the Dask cluster is gone: 5 new programs were saved in" in err
+    assert err.rstrip().endswith(f"--log-file {log} --trials 3")
