@@ -481,8 +481,9 @@ def _import_model(path: str, shapes):
     except ImportError as err:
         raise UsageError(str(err)) from err
     except Exception as err:  # noqa: BLE001 - onnx's, protobuf's and the importer's errors alike
-        why = _explain(err)[0] if not isinstance(err, (TypeError, AttributeError, KeyError, IndexError)) else \
-            f"{type(err).__name__}: {str(err)[:300]}"
+        special = isinstance(err, (ValueError, MemoryError, RecursionError)) or \
+            type(err).__name__ in ("DecodeError", "ValidationError", "InferenceError")
+        why = _explain(err)[0] if special else f"{type(err).__name__}: {str(err)[:300]}"
         raise UsageError(f"cannot import the ONNX model {path!r}: {why}") from err   # (--debug shows both)
 
 
@@ -607,8 +608,9 @@ def _write_outputs(path: str, names: list[str], outputs) -> None:
     with open(path, "wb") as f:
         if len(outputs) == 1:
             np.save(f, outputs[0], allow_pickle=False)
-        else:
-            np.savez(f, **dict(zip(names, outputs)))
+        else:   # (a model may list an output twice: each gets its array)
+            keys = [name if names.index(name) == i else f"{name}_{i}" for i, name in enumerate(names)]
+            np.savez(f, **dict(zip(keys, outputs)))
 
 
 def cmd_run(args) -> int:
@@ -646,8 +648,9 @@ def cmd_run(args) -> int:
 
 def model_output(text: str) -> str:
     folder = os.path.dirname(text) or "."
-    if not text.endswith((".json", ".ubj")):
-        raise argparse.ArgumentTypeError(f"-o {text!r}: the model file must end in .json or .ubj (XGBoost's formats)")
+    if not text.endswith(".json"):
+        raise argparse.ArgumentTypeError(f"-o {text!r}: the model file must end in .json (XGBoost's JSON format, "
+                                         "which autosched checks before reading it back)")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"-o {text!r}: the folder {folder!r} does not exist")
     if os.path.isdir(text) or (os.path.exists(text) and not os.path.isfile(text)):

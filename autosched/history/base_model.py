@@ -22,7 +22,8 @@ from evolution import XGBoostModel
 from evolution.features import N_FEATURES
 
 from .. import ops
-from ..files import MAX_BASE_MODEL_BYTES, checked_size
+from ..files import MAX_BASE_MODEL_BYTES, read_bounded
+from .model_check import check_xgboost_json
 
 #: the model file shipped with the package
 SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "base_model.json")
@@ -184,7 +185,12 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
 
 @functools.lru_cache(maxsize=8)
 def _load(path: str) -> XGBoostModel:
-    checked_size(path, "base cost model", MAX_BASE_MODEL_BYTES)
+    data = read_bounded(path, "base cost model", MAX_BASE_MODEL_BYTES)
+    if path.endswith(".json"):   # (XGBoost trusts its indices: a damaged tree crashes the process)
+        check_xgboost_json(data, N_FEATURES)
+    elif path != SHIPPED_MODEL:
+        raise ValueError("a base model given must be XGBoost's JSON format (.json), whose trees autosched checks "
+                         "before XGBoost reads them")
     model = XGBoostModel.from_file(path, objective="rank")
     got = model.booster.num_features() if model.booster is not None else None
     if got != N_FEATURES:   # (a model of other features fails at the first prediction, deep in a search)
