@@ -1,7 +1,7 @@
 """Checking an XGBoost model file before XGBoost reads it: XGBoost trusts the indices in
-its own JSON format, so a tree whose parent or child index points outside the tree (a
-damaged or crafted base model) crashes the process with a segmentation fault, at load or
-at the first prediction. A base model may come from someone else: its trees are checked
+its own JSON format, so a tree whose parent or child index points outside the tree, or
+back up it (a damaged or crafted base model), crashes the process with a segmentation
+fault, at load or at the first prediction. A base model may come from someone else: its trees are checked
 here first, every index against its tree's size and the number of features."""
 from __future__ import annotations
 
@@ -69,6 +69,14 @@ def _tree_problem(tree, features: int) -> str | None:
                 return f"{field} holds {str(v)[:40]}, outside 0..{high - 1}"
     if tree["parents"][0] != NO_PARENT:
         return "its first node is not the root"
+    seen = set()   # (a walk from the root must end: every child has one parent, its own, and is not the root)
+    for node, (left, right) in enumerate(zip(tree["left_children"], tree["right_children"])):
+        if (left == -1) != (right == -1):
+            return f"node {node} has one child"
+        for child in (left, right) if left != -1 else ():
+            if child == 0 or child in seen or tree["parents"][child] != node:
+                return f"node {node}'s child {child} is not a node of its own below it"
+            seen.add(child)
     for v in tree["split_type"]:
         if v not in (0, 1):
             return f"split_type holds {str(v)[:40]}"

@@ -10,13 +10,20 @@ it), the measurement (costs in seconds, error code and message, times) and a tim
      "build_time": 0.12, "run_time": 0.29, "repeats": 3, "saved_repeats": 7, "timestamp": 1717171717.0}
 
 Lines starting with ``#`` are comments. A run killed mid-write leaves a truncated last
-line: reading skips it with a warning. ``RecordToFile`` writes each record with a single
-``write`` as soon as it is measured, and ``fsync``s after every batch.
+line: reading skips it with a warning, and the next append cuts it (``end_last_line``:
+the one treatment of a truncated line, for the log and the records database alike).
+``RecordToFile`` writes each record with a single ``write`` as soon as it is measured,
+and ``fsync``s after every batch; ``append_records`` is the one appender.
 
-This module is a tuning's history: the log (reading, appending, distilling), resuming a
-tuning from it (``resume``) and re-applying its best programs (``apply_history_best``). It
-sits above measurement: the measurer hands it results through a callback (``RecordToFile``)
-and takes earlier ones as preloaded records; it never imports this module.
+A log may come from someone else: it is read only if it is a regular file of bounded size
+(``autosched.files``), unknown fields are ignored, and a record's steps are checked against
+``ir.step_limits``'s caps before they are replayed (``TuningRecord.state``).
+
+This module is the log of a tuning's history (``autosched.history``): reading, appending,
+distilling, the one ranking of a workload's programs (``_ranked``, by ``HasCosts.rank``),
+resuming a tuning (``resume``) and re-applying its best programs (``apply_history_best``).
+It sits above measurement: the measurer hands it results through a callback
+(``RecordToFile``) and takes earlier ones as preloaded records; it never imports this module.
 """
 from __future__ import annotations
 

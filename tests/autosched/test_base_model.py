@@ -140,6 +140,7 @@ def test_a_model_with_a_base_learns_from_the_first_measurements_of_its_task():
     (lambda t: t["parents"].__setitem__(19, 10 ** 9), "parents holds 1000000000"),   # (crashed XGBoost)
     (lambda t: t["left_children"].__setitem__(0, 500), "left_children holds 500"),
     (lambda t: t["split_indices"].__setitem__(0, 164), "split_indices holds 164"),
+    (lambda t: t["left_children"].__setitem__(6, 0), "node 6's child 0 is not a node of its own"),   # (a cycle)
     (lambda t: t["base_weights"].pop(), "base_weights is not a list of"),
     (lambda t: t["tree_param"].__setitem__("num_nodes", "x"), "no valid tree_param"),
 ])

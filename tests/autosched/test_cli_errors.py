@@ -33,9 +33,11 @@ def run_main(argv):
 
 
 def test_files_that_are_not_regular_files_are_refused(tmp_path, capsys):
-    fifo = tmp_path / "fifo"
+    fifo, model_fifo = tmp_path / "fifo", tmp_path / "model.onnx"
     os.mkfifo(fifo)
+    os.mkfifo(model_fifo)
     cases = [["tune", GMM, "--log-file", str(fifo)], ["tune", GMM, "--records-db", str(fifo)],
+             ["tune", str(model_fifo)], ["run", str(model_fifo), "--log-file", str(fifo)],
              ["tune", GMM, "--base-model", str(fifo)], ["pretrain", str(fifo), "-o", str(tmp_path / "m.json")]]
     if os.path.exists("/dev/full"):
         cases += [["tune", GMM, "--log-file", "/dev/full"], ["tune", GMM, "--records-db", "/dev/full"]]
