@@ -543,7 +543,7 @@ def cmd_tune_model(args) -> int:
 def add_run(sub) -> None:
     run = sub.add_parser("run", help="run an ONNX model with its tuned programs (from a tuning log)")
     run.add_argument("model", type=model_file, help="the .onnx file")
-    run.add_argument("--log-file", required=True, type=run_log,
+    run.add_argument("--log-file", required=True,
                      help="the tuning log of `autosched tune model.onnx --log-file` (read, never written)")
     run.add_argument("--input", action="append", default=[], type=existing_file("--input", ".npy input", MAX_INPUT_BYTES),
                      help=".npy file of an input (one per input, in order)")
@@ -558,12 +558,14 @@ def add_run(sub) -> None:
     run.set_defaults(fn=cmd_run)
 
 
-def run_log(text: str) -> str:
-    """``run``'s tuning log: read, never written."""
-    if not os.path.exists(text):
-        raise argparse.ArgumentTypeError(f"no tuning log at {text!r}; make one with `{PROG} tune MODEL.onnx "
-                                         f"--log-file {text}`")
-    return tuning_log(text)
+def _check_run_log(path: str, model: str) -> None:
+    """``run``'s tuning log (read, never written): a tuning log that exists."""
+    if not os.path.exists(path):
+        raise UsageError(f"no tuning log at {path!r}; make one with `{PROG} tune {model} --log-file {path}`")
+    try:
+        tuning_log(path)
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--log-file: {err}") from None
 
 
 def output_file(text: str) -> str:
@@ -615,6 +617,7 @@ def _write_outputs(path: str, names: list[str], outputs) -> None:
 
 def cmd_run(args) -> int:
     """``autosched run model.onnx --log-file F``: run a model with its tuned programs."""
+    _check_run_log(args.log_file, args.model)
     model = _import_model(args.model, args.input_shape)
     _check_output(args.output, len(model.outputs))
     executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
