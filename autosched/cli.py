@@ -476,14 +476,10 @@ def _import_model(path: str, shapes):
     importer's own check is what failed; ``--debug`` shows where)."""
     try:
         return graph.from_onnx(path, dict(shapes))
-    except (KeyboardInterrupt, SystemExit):
-        raise
     except ImportError as err:
         raise UsageError(str(err)) from err
     except Exception as err:  # noqa: BLE001 - onnx's, protobuf's and the importer's errors alike
-        special = isinstance(err, (ValueError, MemoryError, RecursionError)) or \
-            type(err).__name__ in ("DecodeError", "ValidationError", "InferenceError")
-        why = _explain(err)[0] if special else f"{type(err).__name__}: {str(err)[:300]}"
+        why = _explain(err)[0] if _is_about_the_input(err) else f"{type(err).__name__}: {str(err)[:300]}"
         raise UsageError(f"cannot import the ONNX model {path!r}: {why}") from err   # (--debug shows both)
 
 
@@ -589,7 +585,7 @@ def _load_input(path: str, spec) -> np.ndarray:
         header = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise UsageError(f"--input {path!r} is not a .npy array file ({str(err)[:200]})") from None
-    shape, dtype = tuple(getattr(spec, "shape", ())), np.dtype(getattr(spec, "dtype", header.dtype))
+    shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
     if not isinstance(header, np.ndarray) or tuple(header.shape) != shape or header.dtype != dtype:
         raise UsageError(f"--input {path!r} holds a {getattr(header, 'dtype', '?')} array of shape "
                          f"{list(getattr(header, 'shape', ()))}; the model's input '{spec.name}' is {dtype} "
@@ -776,15 +772,12 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: the environment variable that shows tracebacks (as ``--debug``)
-DEBUG_ENV = "AUTOSCHED_DEBUG"
+#: the environment variable that shows tracebacks (as ``--debug``), and the values that do not
+DEBUG_ENV, OFF_VALUES = "AUTOSCHED_DEBUG", ("", "0", "off", "no", "false")
 
 
 def _debugging(args) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "").strip().lower() not in OFF_VALUES
-
-
-OFF_VALUES = ("", "0", "off", "no", "false")
 
 
 def _error(message: str, code: int) -> int:
@@ -819,6 +812,16 @@ def main(argv=None) -> int:
         return _error(*_explain(err))
 
 
+#: what onnx and protobuf raise for a file that is not a valid model (their types vary by version)
+ONNX_FILE_ERRORS = ("DecodeError", "ValidationError", "InferenceError")
+
+
+def _is_about_the_input(err: Exception) -> bool:
+    """Whether ``err`` says what is wrong with what the user gave (see ``_explain``)."""
+    return isinstance(err, (UsageError, ValueError, MemoryError, RecursionError)) or \
+        type(err).__name__ in ONNX_FILE_ERRORS
+
+
 def _explain(err: Exception) -> tuple[str, int]:
     """The one line that reports ``err`` and the exit code."""
     if isinstance(err, (UsageError, ValueError)):   # (NotATuningLog, UnreadableFile, UnsupportedModelError...)
@@ -830,7 +833,7 @@ def _explain(err: Exception) -> tuple[str, int]:
         return f"the input is nested too deeply to process ({err})", USAGE_ERROR
     if isinstance(err, (OSError, ir.NoCudaDevice)):   # the machine's, not ours: a full disk, no GPU
         return str(err), SYSTEM_ERROR
-    if type(err).__name__ in ("DecodeError", "ValidationError", "InferenceError"):   # protobuf's, onnx's
+    if type(err).__name__ in ONNX_FILE_ERRORS:
         return f"not a valid ONNX model ({type(err).__name__}: {str(err)[:300]})", USAGE_ERROR
     return (f"internal error, {type(err).__name__}: {str(err)[:300]} (a bug of autosched: run with --debug for the "
             "traceback, and report it)"), SYSTEM_ERROR
