@@ -34,8 +34,8 @@ def checked_size(path, what: str, limit: int) -> int:
                 else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file")
         raise UnreadableFile(f"the {what} {path!r} is {kind}; expected a regular file")
     if info.st_size > limit:
-        raise UnreadableFile(f"the {what} {path!r} is {info.st_size} bytes, over the {limit >> 20} MiB a {what} "
-                             "may have")
+        cap = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+        raise UnreadableFile(f"the {what} {path!r} is {info.st_size} bytes, over the {cap} a {what} may have")
     return info.st_size
 
 

@@ -124,3 +124,34 @@ def test_a_hardware_field_of_a_newer_version_is_ignored(tmp_path):
         records = read_records(log)
     [(task, state, cost)] = training_programs(records)
     assert task.hardware == ir.HardwareParams(num_cores=2, vector_lanes=16) and cost == pytest.approx(1e-5)
+
+
+def test_files_that_are_not_regular_are_refused_before_they_are_read(tmp_path):
+    """A device reads forever (the issue's ``--records-db /dev/full`` ran to 24 GB), a FIFO
+    blocks: both are refused from their metadata, before a byte is read."""
+    import os
+    from autosched import NotATuningLog, RecordToFile
+    from autosched.files import UnreadableFile, read_bounded
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    devices = [str(fifo)] + [d for d in ("/dev/full", "/dev/zero") if os.path.exists(d)]
+    for path in devices:
+        with pytest.raises(UnreadableFile, match="expected a regular file"):
+            read_records(path)
+        with pytest.raises(NotATuningLog, match="not a regular file"):
+            RecordToFile(path)
+    big = tmp_path / "big.json"
+    big.write_bytes(b"#" * 2048)
+    with pytest.raises(UnreadableFile, match="2048 bytes, over the 1024 bytes a tuning log may have"):
+        read_bounded(big, "tuning log", 1024)
+
+
+def test_a_record_line_over_the_cap_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    import autosched.history.records as R
+    monkeypatch.setattr(R, "MAX_RECORD_LINE_BYTES", 4096)
+    dag = matmul_dag()
+    log = tmp_path / "log.json"
+    good = json.dumps(record_of(dag, [["SP", 2, 1, [8], True]]))
+    log.write_text(good + "\n" + json.dumps(record_of(dag, [["AN", 2, 0, "none"]] * 400)) + "\n")
+    with pytest.warns(RuntimeWarning, match="line 2 has .* characters, over the 4096"):
+        assert len(read_records(log)) == 1
