@@ -3,7 +3,7 @@ every new tuning learns from (as MetaSchedule's database), shared by all process
 
 Where: ``~/.cache/autosched/records.jsonl``, or ``$AUTOSCHED_RECORDS_DB``, or the
 ``records_db`` argument of the tuning functions (``--records-db``); ``off`` (``None``,
-``--no-records-db``) disables it. Its lines are tuning records (``autosched.records``;
+``--no-records-db``) disables it. Its lines are tuning records (``history.records``;
 read with ``read_records``). Writers take an exclusive ``flock`` and append a whole batch
 with one ``write``, so that concurrent tunings never interleave or lose lines; readers
 take a shared lock. A truncated last line (a process killed mid-write) is skipped with a
@@ -13,7 +13,12 @@ warning by every reader and cut by the next writer, as in a tuning log
 What a tuning learns from it (``prior_knowledge``): the records of its own workloads and
 target are taken in as a resumed log is (not measured again, their best is the best so
 far); records of other workloads that can be rebuilt (``base_model.rebuild_workload``)
-train a model the tuning's cost model starts from.
+train a model the tuning's cost model starts from. A tuning with a log first adds to the
+database the log's records of its tasks that the database lacks (``reconcile``: a batch
+logged but cut by a kill before it reached the database).
+
+It is a cache, shared across versions: unknown fields are ignored, a newer version's lines
+skipped, and any failure to read or write it costs one warning, never the tuning.
 """
 from __future__ import annotations
 
@@ -23,8 +28,8 @@ import os
 import warnings
 from collections.abc import Iterable
 
-from ..measure.common import MeasureInput, MeasureResult
 from ..files import MAX_RECORDS_FILE_BYTES, checked_size
+from ..measure.common import MeasureInput, MeasureResult
 from .records import NotATuningLog, TuningRecord, append_records, check_log_file, is_tuning_log, read_records
 
 #: the environment variable that moves (a path) or disables ("off") the database
