@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shlex
 import sys
 import time
@@ -151,6 +152,14 @@ def network_name(text: str) -> str:
     if ALIASES.get(text.lower(), text.lower()) not in NETWORKS:
         raise argparse.ArgumentTypeError(f"unknown network {text!r} (--network); expected one of "
                                          f"{', '.join(graph.network_names())}")
+    return text
+
+
+def dask_address(text: str) -> str:
+    """A Dask scheduler's address: ``tcp://host:port`` (another protocol, or ``host:port``)."""
+    if not re.fullmatch(r"([a-z][a-z0-9+.-]*://)?[\w.\-\[\]:]*[\w\]](:\d{1,5})?", text):
+        raise argparse.ArgumentTypeError(f"--dask {text!r}: expected a Dask scheduler address such as "
+                                         "tcp://host:8786")
     return text
 
 
@@ -327,7 +336,7 @@ def add_tune(sub) -> None:
                       help="tune for this CPU (default) or for the NVIDIA GPU (cuda)")
     tune.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                       help="an ONNX model's input shape where the model leaves it open, e.g. input_ids=1x128")
-    tune.add_argument("--dask", metavar="ADDRESS", default=None,
+    tune.add_argument("--dask", metavar="ADDRESS", type=dask_address, default=None,
                       help="measure on a Dask cluster (its scheduler's address, e.g. tcp://host:8786): builds on "
                            "any worker, runs on the workers started with --resources runner=1")
     net = tune.add_argument_group("networks")
