@@ -157,7 +157,7 @@ def network_name(text: str) -> str:
 
 def dask_address(text: str) -> str:
     """A Dask scheduler's address: ``tcp://host:port`` (another protocol, or ``host:port``)."""
-    if not re.fullmatch(r"([a-z][a-z0-9+.-]*://)?[\w.\-\[\]:]*[\w\]](:\d{1,5})?", text):
+    if not re.fullmatch(r"([a-z][a-z0-9+.-]*://)?(\[[0-9A-Fa-f:.]+\]|[\w.\-]+)(:\d{1,5})?", text):
         raise argparse.ArgumentTypeError(f"--dask {text!r}: expected a Dask scheduler address such as "
                                          "tcp://host:8786")
     return text
