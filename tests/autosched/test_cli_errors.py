@@ -135,6 +135,8 @@ def models(tmp_path_factory):
                             [h.make_tensor_value_info("y", T.INT64, [1, 8])],
                             [nh.from_array(np.full((1, 8), 3, np.int64), "c")]),
         "dangling output": save("dangling", [h.make_node("Relu", ["x"], ["y"])], [x], [y, z]),
+        "declared shapes contradict the graph": save("contra", [h.make_node("Relu", ["x"], ["y"])],
+                                                     [h.make_tensor_value_info("x", T.FLOAT, [7, 8])], [y]),
         "too large": save("huge", [h.make_node("ConstantOfShape", ["s"], ["big"],
                                                value=nh.from_array(np.ones(1, np.float32))),
                                    h.make_node("ReduceSum", ["big"], ["r"], keepdims=0),
@@ -153,7 +155,7 @@ def models(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["garbage", "truncated", "missing external data", "integer Div",
-                                  "dangling output", "too large", "identity"])
+                                  "dangling output", "declared shapes contradict the graph", "too large", "identity"])
 def test_a_model_that_cannot_be_tuned_is_one_line(models, case, capsys):
     err = one_line_error(capsys, run_main(["tune", str(models[case]), "--trials", "0", "--no-records-db",
                                            "--no-base-model"]))
