@@ -28,7 +28,7 @@ import common  # noqa: E402
 
 import ir  # noqa: E402
 import autosched  # noqa: E402
-from autosched import ops
+from autosched import ops  # noqa: E402
 from autosched.history import base_model  # noqa: E402
 from autosched.measure import LocalRunner  # noqa: E402
 
