@@ -10,7 +10,7 @@ from .space import generate_sketches
 from .tune import TuneResult, auto_schedule
 from sketch_rules import register_sketch_rule, unregister_sketch_rule
 from .measure import (MAX_COST, BuildResult, DaskBuilder, DaskRunner, LocalBuilder, LocalRunner, MeasureErrorNo,
-                      MeasureInput, MeasureResult, ProgramMeasurer, TooManyMeasureErrors)
+                      MeasureInput, MeasureResult, MeasurementLost, ProgramMeasurer, TooManyMeasureErrors)
 from .workers import WorkerCrashed, WorkerPool, WorkerTimeout
 from . import graph
 from .networks import NetworkTuneResult, tune_networks
@@ -22,7 +22,7 @@ __all__ = ["ops", "__version__", "auto_schedule", "TuneResult", "generate_sketch
            # measurement
            "MeasureInput", "MeasureResult", "MeasureErrorNo", "BuildResult", "MAX_COST",
            "LocalBuilder", "LocalRunner", "DaskBuilder", "DaskRunner", "ProgramMeasurer", "TooManyMeasureErrors",
-           "WorkerPool", "WorkerCrashed", "WorkerTimeout",
+           "MeasurementLost", "WorkerPool", "WorkerCrashed", "WorkerTimeout",
            # records
            "TuningRecord", "RecordToFile", "NotATuningLog", "load_records", "read_records", "save_records", "best_records",
            "best_record", "distill_records", "apply_history_best", "UntunedWorkloadWarning",
