@@ -2,7 +2,7 @@
 
 The product layer: the operator library (``autosched.ops``), measurement
 (``autosched.measure``: builders, runners, verification), tuning records
-(``autosched.records``) and the command line (``autosched``). The compiler it drives is
+(``autosched.history.records``) and the command line (``autosched``). The compiler it drives is
 the ``ir`` package.
 """
 from . import ops
@@ -11,11 +11,11 @@ from .options import TuneOptions
 from .tune import TuneResult, auto_schedule
 from sketch_rules import register_sketch_rule, unregister_sketch_rule
 from .measure import (MAX_COST, BuildResult, DaskBuilder, DaskRunner, LocalBuilder, LocalRunner, MeasureErrorNo,
-                      MeasureInput, MeasureResult, ProgramMeasurer, TooManyMeasureErrors)
+                      MeasureInput, MeasureResult, MeasurementLost, ProgramMeasurer, TooManyMeasureErrors)
 from .workers import WorkerCrashed, WorkerPool, WorkerTimeout
 from . import graph
 from .networks import NetworkTuneResult, tune_networks
-from .records import (NotATuningLog, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
+from .history.records import (NotATuningLog, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
                       best_record, best_records, distill_records, load_records, read_records, save_records)
 
 __version__ = "0.1.0"
@@ -23,7 +23,7 @@ __all__ = ["ops", "__version__", "auto_schedule", "TuneOptions", "TuneResult", "
            # measurement
            "MeasureInput", "MeasureResult", "MeasureErrorNo", "BuildResult", "MAX_COST",
            "LocalBuilder", "LocalRunner", "DaskBuilder", "DaskRunner", "ProgramMeasurer", "TooManyMeasureErrors",
-           "WorkerPool", "WorkerCrashed", "WorkerTimeout",
+           "MeasurementLost", "WorkerPool", "WorkerCrashed", "WorkerTimeout",
            # records
            "TuningRecord", "RecordToFile", "NotATuningLog", "load_records", "read_records", "save_records", "best_records",
            "best_record", "distill_records", "apply_history_best", "UntunedWorkloadWarning",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shlex
 import sys
 import time
@@ -23,11 +24,14 @@ import numpy as np
 import ir
 from . import graph, networks, ops
 from .graph import onnx_baselines as B
-from .base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
+from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .graph.zoo import ALIASES, NETWORKS
 from .options import TuneOptions
-from .records import is_tuning_log, read_records
-from .records_db import ENV_VAR as RECORDS_DB_ENV
+from .history.records import is_tuning_log, read_records
+from .history.database import ENV_VAR as RECORDS_DB_ENV
+from .files import MAX_BASE_MODEL_BYTES, MAX_INPUT_BYTES, MAX_MODEL_BYTES, MAX_RECORDS_FILE_BYTES, \
+    UnreadableFile, checked_size
+from .measure.common import MeasurementLost
 
 PROG = "autosched"
 #: exit codes: a failure of the system (a full disk...), a user error (as argparse's), an
@@ -79,8 +83,8 @@ def positive_number(option: str):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{option} must be a number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{option} must be > 0, got {text}")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{option} must be a number > 0 (finite), got {text}")
         return value
     return parse
 
@@ -99,12 +103,19 @@ def count(option: str, minimum: int):
 
 
 def log_file(text: str) -> str:
-    """A tuning log path that can be appended to: not a folder, in a folder that exists,
-    writable (checked before anything is tuned, so that no measurement is lost)."""
+    """A tuning log path that can be appended to: not a folder nor a device, in a folder
+    that exists, writable (checked before anything is tuned, so that no measurement is
+    lost), of a size we read."""
     folder = os.path.dirname(text) or "."
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"--log-file {text!r} is a directory; give a file (a new one, or a tuning "
                                          "log to resume)")
+    if os.path.exists(text):
+        _bounded("--log-file", text, "tuning log", MAX_RECORDS_FILE_BYTES)
+        if not is_tuning_log(text):
+            raise argparse.ArgumentTypeError(f"--log-file {text!r} is not a tuning log (its first line is neither a "
+                                             "record nor a '#' comment); autosched writes only to its own logs: "
+                                             "give a new file")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"--log-file {text!r}: the folder {folder!r} does not exist")
     if not os.access(text if os.path.exists(text) else folder, os.W_OK):
@@ -126,9 +137,18 @@ def workload_or_model(text: str) -> str:
 
 
 def model_file(text: str) -> str:
-    if not os.path.isfile(text):
+    if not os.path.exists(text):
         raise argparse.ArgumentTypeError(f"no ONNX model file at {text!r}")
-    return text
+    return _bounded("the model", text, "ONNX model", MAX_MODEL_BYTES)
+
+
+def _bounded(option: str, path: str, what: str, limit: int) -> str:
+    """``path`` if it is a regular file of at most ``limit`` bytes (``files.checked_size``)."""
+    try:
+        checked_size(path, what, limit)
+    except (UnreadableFile, OSError) as err:
+        raise argparse.ArgumentTypeError(f"{option}: {err}") from None
+    return path
 
 
 def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -150,22 +170,32 @@ def network_name(text: str) -> str:
     return text
 
 
+def dask_address(text: str) -> str:
+    """A Dask scheduler's address: ``tcp://host:port`` (another protocol, or ``host:port``)."""
+    if not re.fullmatch(r"([a-z][a-z0-9+.-]*://)?(\[[0-9A-Fa-f:.]+\]|[\w.\-]+)(:\d{1,5})?", text):
+        raise argparse.ArgumentTypeError(f"--dask {text!r}: expected a Dask scheduler address such as "
+                                         "tcp://host:8786")
+    return text
+
+
 def _add_seed(parser) -> None:
     parser.add_argument("--seed", type=count("--seed", 0), default=0, help="random seed (default 0)")
 
 
-def existing_file(option: str):
+def existing_file(option: str, what: str, limit: int):
+    """A regular file of at most ``limit`` bytes that exists."""
     def parse(text: str) -> str:
-        if not os.path.isfile(text):
+        if not os.path.exists(text):
             raise argparse.ArgumentTypeError(f"{option}: no file at {text!r}")
-        return text
+        return _bounded(option, text, what, limit)
     return parse
 
 
 def tuning_log(text: str) -> str:
     """An existing tuning log (read only)."""
-    if not os.path.isfile(text):
+    if not os.path.exists(text):
         raise argparse.ArgumentTypeError(f"no tuning log at {text!r}")
+    _bounded("LOG", text, "tuning log", MAX_RECORDS_FILE_BYTES)
     if not is_tuning_log(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a tuning log (its first line is neither a record nor "
                                          "a '#' comment)")
@@ -176,6 +206,8 @@ def records_db_file(text: str) -> str:
     """The records database's path: a file (made with its folder at the first write)."""
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"--records-db {text!r} is a directory; give a file path")
+    if os.path.exists(text):
+        _bounded("--records-db", text, "records database", MAX_RECORDS_FILE_BYTES)
     return text
 
 
@@ -183,7 +215,7 @@ def _add_base_model(parser) -> None:
     group = parser.add_mutually_exclusive_group()
     # the defaults are set on the parser: argparse would check a string default as a file
     parser.set_defaults(base_model="default")
-    group.add_argument("--base-model", type=existing_file("--base-model"), default=argparse.SUPPRESS, metavar="FILE",
+    group.add_argument("--base-model", type=existing_file("--base-model", "base cost model", MAX_BASE_MODEL_BYTES), default=argparse.SUPPRESS, metavar="FILE",
                        help=f"the base cost model (default: ${BASE_MODEL_ENV}, else the one shipped; "
                             f"`{PROG} pretrain` makes one)")
     group.add_argument("--no-base-model", dest="base_model", action="store_const", const=None,
@@ -318,7 +350,7 @@ def add_tune(sub) -> None:
     _add_target(tune, "tune a workload, a network or an ONNX model")
     tune.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                       help="an ONNX model's input shape where the model leaves it open, e.g. input_ids=1x128")
-    tune.add_argument("--dask", metavar="ADDRESS", default=None,
+    tune.add_argument("--dask", metavar="ADDRESS", type=dask_address, default=None,
                       help="measure on a Dask cluster (its scheduler's address, e.g. tcp://host:8786): builds on "
                            "any worker, runs on the workers started with --resources runner=1")
     net = tune.add_argument_group("networks")
@@ -402,8 +434,8 @@ def _tune(args) -> int:
     print(f"# tuning {args.workload} ({w.flops / 1e9:.3f} GFLOP) for {args.trials} trials", flush=True)
     result = auto_schedule(ir.SearchTask(dag, target=args.target, desc=args.workload), args.options)
     if result.kernel is None:
-        print("# no valid program was found", file=sys.stderr)
-        return 1
+        return _error(f"no valid program of {args.workload} was found ({result.trials} trials in this run"
+                      f"{', none valid in ' + args.log_file if args.log_file else ''})", SYSTEM_ERROR)
     if not args.target.backend.host_memory:  # a device's kernel: checked and timed on the device
         return _report_device(args.workload, w, result, args.seed)
     inputs = w.random_inputs(np.random.default_rng(args.seed))
@@ -461,11 +493,16 @@ def cmd_tune_network(args) -> int:
 # models from ONNX files -------------------------------------------------------------------
 
 def _import_model(path: str, shapes):
-    """The model at ``path`` as a graph; a model we cannot convert is a one-line error."""
+    """The model at ``path`` as a graph. A model we cannot read or convert is a one-line
+    error that names the file (exit code 2: it is about the file given, even where the
+    importer's own check is what failed; ``--debug`` shows where)."""
     try:
         return graph.from_onnx(path, dict(shapes))
-    except (graph.UnsupportedModelError, ValueError) as err:
-        raise UsageError(str(err)) from None
+    except ImportError as err:
+        raise UsageError(str(err)) from err
+    except Exception as err:  # noqa: BLE001 - onnx's, protobuf's and the importer's errors alike
+        why = _explain(err)[0] if _is_about_the_input(err) else f"{type(err).__name__}: {str(err)[:300]}"
+        raise UsageError(f"cannot import the ONNX model {path!r}: {why}") from err   # (--debug shows both)
 
 
 def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
@@ -523,8 +560,10 @@ def add_run(sub) -> None:
     run.add_argument("model", type=model_file, help="the .onnx file")
     run.add_argument("--log-file", required=True,
                      help="the tuning log of `autosched tune model.onnx --log-file` (read, never written)")
-    run.add_argument("--input", action="append", default=[], help=".npy file of an input (one per input, in order)")
-    run.add_argument("--output", default=None, help="write the output to this .npy file (.npz for several)")
+    run.add_argument("--input", action="append", default=[], type=existing_file("--input", ".npy input", MAX_INPUT_BYTES),
+                     help=".npy file of an input (one per input, in order)")
+    run.add_argument("--output", default=None, type=output_file,
+                     help="write the output to this .npy file (a .npz file for a model of several outputs)")
     run.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                      help="an input shape the model leaves open, e.g. input_ids=1x128")
     run.add_argument("--verify", action="store_true", help="check against onnxruntime and time both and PyTorch")
@@ -535,20 +574,76 @@ def add_run(sub) -> None:
     run.set_defaults(fn=cmd_run)
 
 
+def _check_run_log(path: str, model: str) -> None:
+    """``run``'s tuning log (read, never written): a tuning log that exists."""
+    if not os.path.exists(path):
+        raise UsageError(f"no tuning log at {path!r}; make one with `{PROG} tune {model} --log-file {path}`")
+    try:
+        tuning_log(path)
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--log-file: {err}") from None
+
+
+def output_file(text: str) -> str:
+    """Where ``run`` writes the outputs: a file path (the extension is checked against the
+    model's outputs once it is read: ``.npy`` for one, ``.npz`` for several)."""
+    folder = os.path.dirname(text) or "."
+    if not text.endswith((".npy", ".npz")):
+        raise argparse.ArgumentTypeError(f"--output {text!r}: expected a .npy file (a model of one output) or a .npz "
+                                         "file (several outputs)")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"--output {text!r}: the folder {folder!r} does not exist")
+    if os.path.exists(text) and not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"--output {text!r} is not a regular file")
+    return text
+
+
+def _load_input(path: str, spec) -> np.ndarray:
+    """The ``.npy`` file at ``path`` as the model input ``spec`` (its shape and dtype checked
+    from the header, before the data is read; never unpickled)."""
+    try:
+        header = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise UsageError(f"--input {path!r} is not a .npy array file ({str(err)[:200]})") from None
+    shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
+    if not isinstance(header, np.ndarray) or tuple(header.shape) != shape or header.dtype != dtype:
+        raise UsageError(f"--input {path!r} holds a {getattr(header, 'dtype', '?')} array of shape "
+                         f"{list(getattr(header, 'shape', ()))}; the model's input '{spec.name}' is {dtype} "
+                         f"{list(shape)}")
+    return np.array(header)
+
+
+def _check_output(path: str | None, n_outputs: int) -> None:
+    """``--output`` must be a .npy file for a model of one output, a .npz file for several."""
+    want = ".npy" if n_outputs == 1 else ".npz"
+    if path and not path.endswith(want):
+        raise UsageError(f"--output {path!r}: the model has {n_outputs} output(s), which go to a {want} file")
+
+
+def _write_outputs(path: str, names: list[str], outputs) -> None:
+    """Write exactly ``path`` (file objects: numpy adds no extension): one output as that
+    .npy, several as that .npz."""
+    with open(path, "wb") as f:
+        if len(outputs) == 1:
+            np.save(f, outputs[0], allow_pickle=False)
+        else:   # (a model may list an output twice: each gets its array)
+            keys = [name if names.index(name) == i else f"{name}_{i}" for i, name in enumerate(names)]
+            np.savez(f, **dict(zip(keys, outputs)))
+
+
 def cmd_run(args) -> int:
     """``autosched run model.onnx --log-file F``: run a model with its tuned programs."""
-    if not os.path.isfile(args.log_file):
-        raise UsageError(f"no tuning log at {args.log_file!r}; make one with "
-                         f"`{PROG} tune {args.model} --log-file {args.log_file}`")
+    _check_run_log(args.log_file, args.model)
     model = _import_model(args.model, args.input_shape)
     args.target.backend.require_device(args.target)
+    _check_output(args.output, len(model.outputs))
     executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
                                    base_model=args.base_model, target=args.target)
     if args.input:
         if len(args.input) != len(model.inputs):
             raise UsageError(f"the model takes {len(model.inputs)} inputs "
                              f"({', '.join(i.name for i in model.inputs)}), got {len(args.input)} --input files")
-        inputs = [np.load(f) for f in args.input]
+        inputs = [_load_input(f, spec) for f, spec in zip(args.input, model.inputs)]
     else:
         inputs = model.random_inputs(args.seed)
         print(f"# no --input: random inputs (seed {args.seed})")
@@ -559,10 +654,7 @@ def cmd_run(args) -> int:
     for node, out in zip(model.outputs, outputs):
         print(f"# output '{node.name}': shape {out.shape}, mean {float(out.mean()):.6g}")
     if args.output:
-        if len(outputs) == 1:
-            np.save(args.output, outputs[0])
-        else:
-            np.savez(args.output, **{n.name: o for n, o in zip(model.outputs, outputs)})
+        _write_outputs(args.output, [n.name for n in model.outputs], outputs)
         print(f"# written to {args.output}")
     latency = executor.benchmark(*inputs, repeat=5, min_repeat_ms=50)["median"]
     print(f"# {1e3 * latency:.3f} ms end to end ({len(executor.untuned)} of {len(executor.partitioned.tasks)} "
@@ -576,10 +668,15 @@ def cmd_run(args) -> int:
 
 def model_output(text: str) -> str:
     folder = os.path.dirname(text) or "."
-    if not text.endswith((".json", ".ubj")):
-        raise argparse.ArgumentTypeError(f"-o {text!r}: the model file must end in .json or .ubj (XGBoost's formats)")
+    if not text.endswith(".json"):
+        raise argparse.ArgumentTypeError(f"-o {text!r}: the model file must end in .json (XGBoost's JSON format, "
+                                         "which autosched checks before reading it back)")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"-o {text!r}: the folder {folder!r} does not exist")
+    if os.path.isdir(text) or (os.path.exists(text) and not os.path.isfile(text)):
+        raise argparse.ArgumentTypeError(f"-o {text!r} is not a regular file; give the path of the model file to write")
+    if not os.access(folder, os.W_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"-o {text!r} cannot be written (no permission in {folder!r})")
     return text
 
 
@@ -670,31 +767,97 @@ def report_interrupt(args, argv: list[str], trials_before: int) -> None:
           f"resume with: {resume_command(argv, max(args.trials - saved, 0))}", file=sys.stderr)
 
 
+def report_lost_cluster(args, argv: list[str], trials_before: int, err: Exception) -> None:
+    """What a lost Dask cluster leaves behind: the programs saved, and how to go on."""
+    path = getattr(args, "log_file", None)
+    if not path:
+        print(f"{PROG}: error: {err}; the Dask cluster is gone and nothing was saved (no --log-file)", file=sys.stderr)
+        return
+    total = count_trials(path)
+    saved = max(total - trials_before, 0)
+    print(f"{PROG}: error: {err}; the Dask cluster is gone: {saved} new programs were saved in {path} ({total} in "
+          f"all); resume with: {resume_command(argv, max(args.trials - saved, 0))}", file=sys.stderr)
+
+
 # entry point ----------------------------------------------------------------------------------
 
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="A template-free auto-scheduler for tensor programs.")
+    parser.add_argument("--debug", action="store_true", default=False,
+                        help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (add_list, add_build, add_tune, add_run, add_sketches, add_pretrain):
         add(sub)
+    for command in sub.choices.values():   # (also after the subcommand: `autosched tune ... --debug`)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
+#: the environment variable that shows tracebacks (as ``--debug``), and the values that do not
+DEBUG_ENV, OFF_VALUES = "AUTOSCHED_DEBUG", ("", "0", "off", "no", "false")
+
+
+def _debugging(args) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "").strip().lower() not in OFF_VALUES
+
+
+def _error(message: str, code: int) -> int:
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return code
+
+
 def main(argv=None) -> int:
+    """Run one subcommand. Every error is one line, ``autosched: error: ...``: exit code 2
+    for what the user gave (a bad value, a file that is not what it should be), 1 for the
+    machine's (a full disk, no GPU) and for our own bugs, which also say how to see the
+    traceback (``--debug``, or ``AUTOSCHED_DEBUG=1``: then the traceback is shown)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
     trials_before = count_trials(getattr(args, "log_file", None))
     try:
         return args.fn(args)
-    except UsageError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return USAGE_ERROR
-    except (OSError, ir.NoCudaDevice) as err:  # the machine's, not ours: a full disk, no GPU
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return SYSTEM_ERROR
     except KeyboardInterrupt:
         report_interrupt(args, argv, trials_before)
         return INTERRUPTED
+    except BrokenPipeError:   # (`autosched list | head`: the reader has what it wanted)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except MeasurementLost as err:
+        if _debugging(args):
+            raise
+        report_lost_cluster(args, argv, trials_before, err)
+        return SYSTEM_ERROR
+    except Exception as err:  # noqa: BLE001 - one line for every error, the traceback on request
+        if _debugging(args):
+            raise
+        return _error(*_explain(err))
+
+
+#: what onnx and protobuf raise for a file that is not a valid model (their types vary by version)
+ONNX_FILE_ERRORS = ("DecodeError", "ValidationError", "InferenceError")
+
+
+def _is_about_the_input(err: Exception) -> bool:
+    """Whether ``err`` says what is wrong with what the user gave (see ``_explain``)."""
+    return isinstance(err, (UsageError, ValueError, MemoryError, RecursionError)) or \
+        type(err).__name__ in ONNX_FILE_ERRORS
+
+
+def _explain(err: Exception) -> tuple[str, int]:
+    """The one line that reports ``err`` and the exit code."""
+    if isinstance(err, (UsageError, ValueError)):   # (NotATuningLog, UnreadableFile, UnsupportedModelError...)
+        return str(err), USAGE_ERROR
+    if isinstance(err, MemoryError):
+        return (f"out of memory ({str(err)[:200] or 'MemoryError'}): the model or workload needs more memory than "
+                "this machine has"), USAGE_ERROR
+    if isinstance(err, RecursionError):
+        return f"the input is nested too deeply to process ({err})", USAGE_ERROR
+    if isinstance(err, (OSError, ir.NoCudaDevice)):   # the machine's, not ours: a full disk, no GPU
+        return str(err), SYSTEM_ERROR
+    if type(err).__name__ in ONNX_FILE_ERRORS:
+        return f"not a valid ONNX model ({type(err).__name__}: {str(err)[:300]})", USAGE_ERROR
+    return (f"internal error, {type(err).__name__}: {str(err)[:300]} (a bug of autosched: run with --debug for the "
+            "traceback, and report it)"), SYSTEM_ERROR
 
 
 if __name__ == "__main__":

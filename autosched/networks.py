@@ -21,8 +21,8 @@ from task_scheduler import PrintTableInfo, TaskScheduler
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .measure import LocalRunner
 from .measure.jobs import last_level_cache_bytes
-from .records import RecordToFile
-from .options import TuneOptions
+from .history.records import RecordToFile
+from .options import TuneOptions, check_counts
 from .tune import prior_and_model, require_devices, search_workers, tune_tasks
 
 
@@ -140,6 +140,7 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
     The default ``runner`` times programs as they run in the model: on a CPU, with their
     weights evicted from the caches when the networks' weights exceed the last-level cache
     (``weights_exceed_cache``; ``LocalRunner(cold_constants=True)``), else warm."""
+    check_counts(early_stopping_per_task=early_stopping_per_task)
     options = TuneOptions.of(options, **tuning)
     log = RecordToFile(options.log_file) if options.log_file else None
     nets = networks if isinstance(networks, (list, tuple)) else [networks]

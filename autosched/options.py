@@ -4,6 +4,8 @@ that the command line builds once. What differs between the two (a computation's
 and rules; a network's objective and task scheduler) stays their own arguments."""
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, fields, replace
 
 from evolution import SearchParams
@@ -14,6 +16,31 @@ from evolution import SearchParams
 #: than the programs it had edged out (about 6 s a task)
 RETIME_BEST = 4
 RETIME_TURNS = 3
+
+#: the least value of each count a tuning takes, and whether None is allowed
+_COUNTS = {"trials": (0, True), "measure_batch": (1, False), "early_stopping": (1, True),
+           "early_stopping_per_task": (1, True), "retime_best": (0, False)}
+
+
+def check_counts(**values) -> None:
+    """Refuse a count of a tuning that is not an integer (``trials=2.5``, ``trials="8"``:
+    ``TypeError``) or is too small (``ValueError``), and a time budget that is not a
+    positive number of seconds, before anything is tuned."""
+    for name, value in values.items():
+        if name == "time_budget_s":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise TypeError(f"time_budget_s must be seconds (a number) or None, got {value!r}")
+            if value is not None and not (0 < value < math.inf):
+                raise ValueError(f"time_budget_s must be positive and finite, got {value!r}")
+            continue
+        least, optional = _COUNTS[name]
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer >= {least}{' or None' if optional else ''}, got {value!r} "
+                            f"({type(value).__name__})")
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -45,10 +72,8 @@ class TuneOptions:
     verbose: int = 1
 
     def __post_init__(self):
-        if (self.trials is not None and self.trials < 0) or self.measure_batch < 1:
-            raise ValueError(f"trials must be >= 0 and measure_batch >= 1, got {self.trials} and {self.measure_batch}")
-        if self.retime_best < 0:
-            raise ValueError(f"retime_best must be >= 0, got {self.retime_best}")
+        check_counts(trials=self.trials, measure_batch=self.measure_batch, early_stopping=self.early_stopping,
+                     retime_best=self.retime_best, time_budget_s=self.time_budget_s)
         if self.search_params is None:
             object.__setattr__(self, "search_params", SearchParams())
 

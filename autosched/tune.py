@@ -14,9 +14,9 @@ from task_scheduler import TaskScheduler
 
 from .measure import LocalBuilder, LocalRunner, ProgramMeasurer
 from .options import RETIME_TURNS, TuneOptions
-from .base_model import load_base_model
-from .records import RecordToFile, resume, trials_of
-from .records_db import RecordsDB, open_records_db, prior_knowledge
+from .history.base_model import load_base_model
+from .history.records import RecordToFile, resume, trials_of
+from .history.database import RecordsDB, open_records_db, prior_knowledge, reconcile
 from .space import as_task
 from .workers import WorkerPool
 
@@ -123,7 +123,7 @@ def auto_schedule(dag_or_task, options: TuneOptions | None = None, *, target=Non
 
     ``base_model`` (the XGBoost cost models' starting point; "default": the shipped one or
     ``$AUTOSCHED_BASE_MODEL``, a path, or None) and ``records_db`` (the local records
-    database, ``autosched.records_db``; "default", a path, or None): with either, the first
+    database, ``autosched.history.database``; "default", a path, or None): with either, the first
     batch is already chosen by the cost model, no random warm-up.
 
     Tuning one computation is tuning a network of one task: ``tune_tasks`` with a
@@ -197,6 +197,8 @@ def tune_tasks(scheduler: TaskScheduler, policies, model, options: TuneOptions, 
     measurer = ProgramMeasurer(options.builder or LocalBuilder(), options.runner or LocalRunner(), callbacks=callbacks)
     try:
         earlier = log.read() if log is not None else []
+        if db is not None:
+            reconcile(db, earlier, scheduler.tasks)
         seen = {(r.workload_key, r.target, r.program) for r in earlier}
         earlier += [r for r in prior if (r.workload_key, r.target, r.program) not in seen]
         if earlier:

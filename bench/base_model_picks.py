@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Table, bench_args, emit_json  # noqa: E402
 
 import autosched  # noqa: E402
-from autosched import base_model as B  # noqa: E402
+from autosched.history import base_model as B  # noqa: E402
 from autosched.tune import make_cost_model  # noqa: E402
 from evolution.cost_model import pairwise_accuracy  # noqa: E402
 

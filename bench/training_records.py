@@ -9,7 +9,7 @@ The base model that ships inside the package must rank programs of workloads it 
 seen, so it is trained on records of *other* shapes than those the benchmarks evaluate:
 no shape of the operator suite (``autosched list``: every workload of bench/tune_ops.py
 and bench/vs_metaschedule.py) and no task of the zoo's ResNet-50 (the zero-trial network
-benchmark). ``autosched.base_model.training_workloads`` is that list; ``check_disjoint``
+benchmark). ``autosched.history.base_model.training_workloads`` is that list; ``check_disjoint``
 enforces it. The logs of the shipped model are ``bench/data/training_records.tar.gz``.
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
@@ -28,11 +28,12 @@ import common  # noqa: E402
 
 import ir  # noqa: E402
 import autosched  # noqa: E402
-from autosched import base_model, ops  # noqa: E402
+from autosched import ops  # noqa: E402
+from autosched.history import base_model  # noqa: E402
 from autosched.measure import LocalRunner  # noqa: E402
 
 #: the workloads (every family of the suite at shapes it does not hold) live in the package,
-#: beside the model trained on them: ``autosched.base_model.training_workloads``
+#: beside the model trained on them: ``autosched.history.base_model.training_workloads``
 training_workloads = base_model.training_workloads
 
 

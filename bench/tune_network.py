@@ -12,7 +12,7 @@ and is timed end to end beside the same network untuned (default schedules) and 
 (same architecture and weights, ``torch.set_num_threads`` = cores, eager and TorchScript
 frozen; the faster counts), all in this run. ``--trials 0`` tunes nothing: every task runs
 its zero-trial program (the program the shipped base cost model ranks best after a short
-search, ``autosched.zero_trial``), timed beside the default schedules, the tuned network
+search, ``autosched.history.zero_trial``), timed beside the default schedules, the tuned network
 of ``--log-file`` when one is given, and PyTorch. ``--compare-round-robin`` tunes a second time
 from scratch with equal rounds per task (the paper's Fig. 10 ablation) and prints both
 curves of estimated latency against trials. The search can be made cheaper per round

@@ -27,7 +27,7 @@ import ir  # noqa: E402
 import autosched  # noqa: E402
 import sketch_rules  # noqa: E402
 from autosched import ops  # noqa: E402
-from autosched.records import trials_of  # noqa: E402
+from autosched.history.records import trials_of  # noqa: E402
 from autosched.tune import search_workers  # noqa: E402
 from evolution import RandomModel, SearchParams, SketchPolicy, XGBoostModel  # noqa: E402
 

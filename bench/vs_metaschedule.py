@@ -37,7 +37,7 @@ from tune_ops import numpy_baseline, retime, torch_baseline  # noqa: E402
 import ir  # noqa: E402
 import autosched  # noqa: E402
 from autosched import ops  # noqa: E402
-from autosched.records import trials_of  # noqa: E402
+from autosched.history.records import trials_of  # noqa: E402
 from autosched.options import RETIME_BEST  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -103,7 +103,8 @@ def test_the_check_sees_cycles_and_imports_in_functions():
     tree = ast.parse("def f():\n    from ..workers import WorkerPool\n")
     assert [t for n in _runtime_imports(tree) for t in _targets("autosched.measure.builder", n)] == \
         ["autosched.workers"]
-    assert _loaded("autosched.records", "autosched.measure.common") == ["autosched.measure", "autosched.measure.common"]
+    assert _loaded("autosched.history.records", "autosched.measure.common") == \
+        ["autosched.measure", "autosched.measure.common"]
     assert _loaded("ir.state", "ir.steps") == ["ir.steps"]
     assert _loaded("evolution.islands", "ir.steps") == ["ir", "ir.steps"]
 

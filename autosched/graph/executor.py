@@ -3,7 +3,7 @@
 ``GraphExecutor`` compiles one kernel per workload (identical subgraphs share it): the
 tuned program where there is one (``states`` by workload key, or the best records of a
 tuning log); else, for a tuning task, the base cost model's zero-trial program
-(``autosched.zero_trial``) with a loud ``UntunedWorkloadWarning``, and a default schedule
+(``autosched.history.zero_trial``) with a loud ``UntunedWorkloadWarning``, and a default schedule
 for the rest (and for every untuned task without a base model). Everything a run needs
 is prepared when the executor is built: constant weights packed for layout-rewritten
 kernels, the tensors' memory planned by liveness (``memory``; reshapes are views), every
@@ -24,8 +24,8 @@ import numpy as np
 
 import ir
 from sketch_rules import search_space
-from ..records import HistoryBest, UntunedWorkloadWarning
-from ..zero_trial import ZeroTrial
+from ..history.records import HistoryBest, UntunedWorkloadWarning
+from ..history.zero_trial import ZeroTrial
 from .graph import Graph
 from .opdefs import opdef
 from .memory import ALIGNMENT, MemoryPlan, nbytes, plan_memory

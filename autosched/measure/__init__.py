@@ -12,13 +12,14 @@
   a Dask ``distributed`` cluster, each program still in an isolated child process there.
 Both run in ``autosched.workers.WorkerPool``s (isolated processes under a memory limit; a
 crashed or hung worker is killed and replaced) or in any ``concurrent.futures.Executor``.
-Results go to the callers through callbacks (the tuning log is one, ``autosched.records``).
+Results go to the callers through callbacks (the tuning log is one, ``autosched.history.records``).
 """
-from .common import MAX_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult
+from .common import MAX_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, MeasurementLost
 from .builder import LocalBuilder
 from .runner import LocalRunner
 from .measurer import ProgramMeasurer, TooManyMeasureErrors
 from .dask import DaskBuilder, DaskRunner
 
 __all__ = ["MAX_COST", "BuildResult", "MeasureErrorNo", "MeasureInput", "MeasureResult",
-           "LocalBuilder", "LocalRunner", "DaskBuilder", "DaskRunner", "ProgramMeasurer", "TooManyMeasureErrors"]
+           "LocalBuilder", "LocalRunner", "DaskBuilder", "DaskRunner", "ProgramMeasurer", "TooManyMeasureErrors",
+           "MeasurementLost"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import BrokenExecutor, Executor
 
-from .common import BuildResult, MeasureErrorNo, MeasureInput, short
+from .common import BuildResult, MeasureErrorNo, MeasureInput, MeasurementLost, short
 from .executors import collect, submit, task_payload
 from .jobs import WORKER_PRELOAD, build_job
 from ..workers import WorkerCrashed, WorkerPool, WorkerTimeout, memory_share
@@ -66,6 +66,8 @@ class LocalBuilder:
         except WorkerTimeout as err:
             return BuildResult(None, "", error_no=MeasureErrorNo.BUILD_TIMEOUT, error_msg=str(err),
                                time_cost=err.timeout)
+        except MeasurementLost:
+            raise   # (not a measurement: see ProgramMeasurer.measure_inputs)
         except (WorkerCrashed, BrokenExecutor) as err:
             return BuildResult(None, "", error_no=MeasureErrorNo.COMPILE_HOST,
                                error_msg=short(f"the build crashed its worker process: {err}"))

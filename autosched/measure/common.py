@@ -92,6 +92,13 @@ class HasCosts:
         """Mean seconds per call over the repeats; ``MAX_COST`` for a failed measurement."""
         return statistics.fmean(self.costs) if self.ok and self.costs else MAX_COST
 
+    @property
+    def rank(self) -> tuple[bool, float]:
+        """The one order of a workload's programs (smaller first: the measurer's best so far,
+        ``history.records.ranked``): re-timings in turns first (on a noisy machine the fastest
+        single trial is often only the luckiest), then the fastest."""
+        return not getattr(self, "retimed", False), self.mean_cost
+
 
 @dataclass(frozen=True)
 class MeasureResult(HasCosts):
@@ -134,6 +141,13 @@ class MeasureResult(HasCosts):
             return (f"MeasureResult({1e3 * self.mean_cost:.4f} ms x {len(self.costs)} repeats, "
                     f"build {self.build_time:.2f} s, run {self.run_time:.2f} s)")
         return f"MeasureResult({self.error.label}: {self.error_msg.splitlines()[0] if self.error_msg else ''})"
+
+
+class MeasurementLost(RuntimeError):
+    """A job whose machine (a Dask worker, or the whole cluster) was lost before it reported:
+    not a measurement of the program, so never an error record. The measurer measures the
+    batch's unreported programs again once; when that is lost too (no cluster left), it
+    raises this after the results that did report are handed to the callbacks (logged)."""
 
 
 def short(msg: str, limit: int = 2000) -> str:

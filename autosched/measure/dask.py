@@ -16,9 +16,10 @@ through a ``DaskExecutor``, with the same guarantees.
   of a task is computed once, by a job on a runner worker, and stays there as the result
   of that Dask task; run jobs take it as an argument, so that Dask copies it once to each
   worker that needs it, where it is written to a local file for the child processes.
-- A worker lost mid-batch: Dask runs its jobs again on another worker; a job that has
-  lost ``distributed.scheduler.allowed-failures`` workers fails with ``KilledWorker``,
-  an error record. Nothing is lost silently.
+- A worker lost mid-batch: Dask runs its jobs again on another worker. A job that has
+  lost ``distributed.scheduler.allowed-failures`` workers, or whose scheduler is gone,
+  was never measured: it ends in ``MeasurementLost``, never an error record; the measurer
+  measures it again, and with no cluster left the tuning stops saying what was saved.
 
 ``distributed`` is imported only here, and only when one of these is made.
 """
@@ -35,6 +36,7 @@ from concurrent.futures import Executor, Future
 
 from ..workers import WorkerPool, memory_share
 from .builder import LocalBuilder
+from .common import MeasurementLost
 from .executors import task_payload
 from .jobs import WORKER_PRELOAD, reference_bytes_job
 from .runner import LocalRunner
@@ -98,8 +100,11 @@ class DaskExecutor(Executor):
         future, finished = self._submit(timeout, fn, args), threading.Event()
         future.add_done_callback(lambda f: finished.set())
         finished.wait()  # not result(): the bytes stay on the worker
+        if future.status == "cancelled":
+            raise _lost("it was cancelled (the scheduler or the client is gone)")
         if future.status != "finished":
-            raise future.exception() if future.status == "error" else RuntimeError(f"the job was {future.status}")
+            err = future.exception()
+            raise _lost("its workers died", err) if isinstance(err, _cluster_errors()) else err
         return ShippedFile(name, future)
 
     def _check_workers(self) -> None:
@@ -110,18 +115,24 @@ class DaskExecutor(Executor):
         if not any(all(w.get("resources", {}).get(k, 0) >= v for k, v in (self.resources or {}).items())
                    for w in workers):
             need = ",".join(f"{k}={v}" for k, v in (self.resources or {}).items())
-            warnings.warn(f"autosched: no worker of the Dask cluster at {self.client.scheduler.address} can take "
+            warnings.warn(f"autosched: no worker of the Dask cluster at {getattr(self.client.scheduler, 'address', '?')} can take "
                           f"the {self.role} jobs" + (f" (they ask for the resources {need}: start one with "
                                                      f"`dask worker ADDRESS --resources \"{need}\"`)" if need else "")
                           + "; they wait until one joins", RuntimeWarning, stacklevel=4)
 
     def _submit(self, timeout, fn, args):
-        if not self._checked:
-            self._check_workers()
-        files = {i: (a.name, a.data) for i, a in enumerate(args) if isinstance(a, ShippedFile)}
-        plain = tuple(None if i in files else a for i, a in enumerate(args))
-        return self.client.submit(isolated_call, self.role, timeout, fn, plain, files, resources=self.resources,
-                                  key=f"autosched-{self.role}-{getattr(fn, '__name__', 'job')}-{uuid.uuid4().hex}")
+        if self.client.status in ("closing", "closed"):
+            raise _lost(f"the Dask client is {self.client.status} (the scheduler is gone)")
+        try:
+            if not self._checked:
+                self._check_workers()
+            files = {i: (a.name, a.data) for i, a in enumerate(args) if isinstance(a, ShippedFile)}
+            plain = tuple(None if i in files else a for i, a in enumerate(args))
+            return self.client.submit(isolated_call, self.role, timeout, fn, plain, files, resources=self.resources,
+                                      key=f"autosched-{self.role}-{getattr(fn, '__name__', 'job')}-"
+                                          f"{uuid.uuid4().hex}")
+        except (*_cluster_errors(), OSError, TimeoutError) as err:
+            raise _lost("the scheduler did not take it", err) from None
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Close the client if this executor connected it (the cluster is left running)."""
@@ -130,8 +141,23 @@ class DaskExecutor(Executor):
             self._owned = False
 
 
+def _lost(what: str, err: BaseException | None = None) -> MeasurementLost:
+    why = f" ({type(err).__name__}: {str(err)[:200]})" if err is not None else ""
+    return MeasurementLost(f"a Dask job was lost before it reported: {what}{why}")
+
+
+def _cluster_errors() -> tuple:
+    """What ``distributed`` raises when a job's worker or the scheduler is gone (not what
+    the job raised)."""
+    from distributed import CancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+    return CancelledError, CommClosedError, KilledWorker, ConnectionError
+
+
 def _as_concurrent(dask_future) -> Future:
-    """A ``concurrent.futures.Future`` that follows ``dask_future``."""
+    """A ``concurrent.futures.Future`` that follows ``dask_future``; a job lost with its
+    worker or the scheduler ends in ``MeasurementLost``, never in a measurement."""
     future: Future = Future()
     future.set_running_or_notify_cancel()
 
@@ -140,13 +166,13 @@ def _as_concurrent(dask_future) -> Future:
             if f.status == "finished":
                 future.set_result(f.result())
             elif f.status == "cancelled":
-                future.set_exception(RuntimeError("the Dask job was cancelled (the client closed or the "
-                                                  "scheduler forgot it)"))
+                future.set_exception(_lost("it was cancelled (the scheduler or the client is gone)"))
             else:
-                future.set_exception(f.exception())
+                err = f.exception()
+                future.set_exception(_lost("its workers died", err) if isinstance(err, _cluster_errors()) else err)
         except BaseException as err:  # noqa: BLE001 - whatever happens, the caller hears of it
             if not future.done():
-                future.set_exception(err)
+                future.set_exception(_lost("the cluster did not answer", err))
 
     dask_future.add_done_callback(done)
     future._dask_future = dask_future  # keeps the Dask job alive while someone waits for it

@@ -1,7 +1,7 @@
 """``ProgramMeasurer``: what a search policy calls once per round with a batch of States.
 
 It builds (``LocalBuilder``), runs (``LocalRunner``), hands every result to the callbacks
-as soon as it is ready (the tuning log, ``autosched.records.RecordToFile``, is one), and
+as soon as it is ready (the tuning log, ``autosched.history.records.RecordToFile``, is one), and
 keeps what the search needs between rounds: the best cost and State of each workload, the
 programs already measured (so that none is measured twice, also across a resumed run:
 earlier results come in as ``preloaded`` records), error counts by kind for the progress
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import ir
 
 from .builder import LocalBuilder
-from .common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult
+from .common import MAX_COST, MeasureErrorNo, MeasureInput, MeasureResult, MeasurementLost
 from .runner import LocalRunner
 
 
@@ -40,9 +40,9 @@ class _Workload:
     results: dict = field(default_factory=dict)      # program key -> MeasureResult
     best_cost: float = MAX_COST
     best_state: object = None                         # a State, or None
-    #: valid preloaded results not yet replayed, a heap of (rank, cost, order, step records),
-    #: rank 0 for re-timings, else 1: the first that replays on the task's DAG becomes the
-    #: best when the task is first seen (re-timed programs first, as ``records.best_records``)
+    #: valid preloaded results not yet replayed, a heap of (*rank, order, step records)
+    #: (``HasCosts.rank``): the first that replays on the task's DAG becomes the best when
+    #: the task is first seen
     loaded: list = field(default_factory=list)
     measured: int = 0                                 # measured in this session
 
@@ -67,7 +67,7 @@ class ProgramMeasurer:
     ``builder``/``runner``: default ``LocalBuilder()``/``LocalRunner()``. ``callbacks``:
     callables ``cb(measure_input, measure_result)`` called as each result is ready; one with
     a ``flush()`` method has it called after each batch, one with ``close()`` at ``close``
-    (``autosched.records.RecordToFile`` appends each to a tuning log). ``preloaded``:
+    (``autosched.history.records.RecordToFile`` appends each to a tuning log). ``preloaded``:
     results measured before, as records (see ``load``): their programs are not measured
     again and their best is the best so far. ``max_consecutive_errors``: raise
     ``TooManyMeasureErrors`` after a batch once this many measurements in a row have failed
@@ -184,9 +184,7 @@ class ProgramMeasurer:
                 results[i] = res
                 self._record(inputs[i], keys[i], res)
 
-            builds = self.builder.build(batch)
-            self.runner.run(batch, builds, on_result, timeout=self._run_timeout(batch))
-            self._flush_callbacks()
+            self._measure_batch(batch, on_result)
         for i, (inp, key) in enumerate(zip(inputs, keys)):  # duplicates within the batch
             if results[i] is None:
                 results[i] = self._workload(inp.task).results[key]
@@ -195,6 +193,35 @@ class ProgramMeasurer:
         if self.max_consecutive_errors and self.consecutive_errors >= self.max_consecutive_errors:
             raise TooManyMeasureErrors(self._stop_message(), dict(self.error_counts), results)
         return results
+
+    def _measure_batch(self, batch: list[MeasureInput], on_result) -> None:
+        """Build and run ``batch``, handing each result to ``on_result(index, result)``. A
+        job whose machine was lost before it reported (``MeasurementLost``) is not a
+        measurement: the batch's unreported programs are measured again, once; lost again
+        (no cluster left), the error goes up. Either way the results that did report reach
+        the callbacks (the log) first."""
+        reported: set[int] = set()
+
+        def report(j: int, res: MeasureResult) -> None:
+            reported.add(j)
+            on_result(j, res)
+
+        try:
+            for again in (False, True):
+                left = [j for j in range(len(batch)) if j not in reported]
+                part = [batch[j] for j in left]
+                try:
+                    builds = self.builder.build(part)
+                    self.runner.run(part, builds, lambda k, res: report(left[k], res),
+                                    timeout=self._run_timeout(part))
+                    return
+                except MeasurementLost as err:
+                    if again:
+                        raise
+                    print(f"[autosched] {err}; measuring the {len(batch) - len(reported)} program(s) that did not "
+                          "report again", file=sys.stderr, flush=True)
+        finally:
+            self._flush_callbacks()
 
     def retime(self, task, states, turns: int = 3) -> list[MeasureResult]:
         """Time programs of ``task`` measured before again, in ``turns`` turns (each
@@ -291,7 +318,7 @@ class ProgramMeasurer:
     def load(self, records) -> int:
         """Take in results measured before: records with ``workload_key``, ``target``,
         ``program`` (the ``State.key``), ``steps`` (step records), ``ok``, ``mean_cost`` and
-        ``result()`` (``autosched.records.TuningRecord`` has them), and optionally
+        ``result()`` (``autosched.history.records.TuningRecord`` has them), and optionally
         ``retimed``. Their programs count as measured; the fastest that replays is the best
         so far, the fastest re-timed one (each by its latest re-timing, as the log ranks
         them) where there are re-timings (see ``retime``).
@@ -308,7 +335,7 @@ class ProgramMeasurer:
                 w.results.setdefault(rec.program, rec.result())
             retimed = getattr(rec, "retimed", False)
             if rec.ok and (not retimed or latest[(rec.workload_key, rec.target, rec.program)] is rec):
-                heapq.heappush(w.loaded, (0 if retimed else 1, rec.mean_cost, self.n_loaded + n, rec.steps))
+                heapq.heappush(w.loaded, (*rec.rank, self.n_loaded + n, rec.steps))
             n += 1
         self.n_loaded += n
         return n

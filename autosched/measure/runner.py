@@ -10,7 +10,7 @@ import weakref
 from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import replace
 
-from .common import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, short
+from .common import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, MeasurementLost, short
 from .executors import collect, submit, task_payload
 from .jobs import WORKER_PRELOAD, RunOptions, reference_job, run_job
 from ..workers import WorkerCrashed, WorkerPool, WorkerTimeout, memory_share
@@ -115,6 +115,8 @@ class LocalRunner:
         if key not in self._references:
             try:
                 self._references[key] = self._compute_reference(task)
+            except MeasurementLost:
+                raise
             except Exception as err:
                 warnings.warn(f"autosched: the reference (naive program) of task {task!r} failed "
                               f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
@@ -185,6 +187,8 @@ class LocalRunner:
             got = future.result()
         except WorkerTimeout as err:
             return MeasureResult.failed(MeasureErrorNo.RUN_TIMEOUT, str(err), build_time, err.timeout)
+        except MeasurementLost:
+            raise   # (not a measurement: see ProgramMeasurer.measure_inputs)
         except (WorkerCrashed, BrokenExecutor) as err:
             return MeasureResult.failed(MeasureErrorNo.RUNTIME_DEVICE,
                                         short(f"the program crashed its worker process: {err}"), build_time)

@@ -1,7 +1,9 @@
 """The base cost model: shipped as package data, trained on workloads the benchmarks do
 not evaluate (each rebuilt from its records' workload key), rebuilt by ``autosched
 pretrain``; with it a tuning's first batch is chosen by the model (no random warm-up)."""
+import json
 import os
+import re
 import sys
 import tarfile
 
@@ -10,9 +12,9 @@ import pytest
 
 import autosched
 import ir
-from autosched import base_model as B
+from autosched.history import base_model as B
 from autosched import cli
-from autosched.records import read_records
+from autosched.history.records import read_records
 import sketch_rules as SR
 from evolution import SearchParams, SketchPolicy, XGBoostModel
 from evolution.cost_model import pairwise_accuracy
@@ -132,3 +134,29 @@ def test_a_model_with_a_base_learns_from_the_first_measurements_of_its_task():
     assert model.booster is not None and not np.allclose(before, after)
     assert np.corrcoef(after, -np.arange(len(states)))[0, 1] > np.corrcoef(before, -np.arange(len(states)))[0, 1]
     assert make_cost_model("xgb", 0).num_warmup_sample == WARMUP_SAMPLES  # from nothing: waits
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda t: t["parents"].__setitem__(19, 10 ** 9), "parents holds 1000000000"),   # (crashed XGBoost)
+    (lambda t: t["left_children"].__setitem__(0, 500), "left_children holds 500"),
+    (lambda t: t["split_indices"].__setitem__(0, 164), "split_indices holds 164"),
+    (lambda t: t["left_children"].__setitem__(6, 0), "node 6's child 0 is not a node of its own"),   # (a cycle)
+    (lambda t: t["base_weights"].pop(), "base_weights is not a list of"),
+    (lambda t: t["tree_param"].__setitem__("num_nodes", "x"), "no valid tree_param"),
+])
+def test_a_damaged_tree_is_refused_before_xgboost_reads_it(tmp_path, damage, message):
+    """bench/fuzz_inputs.py found it: a tree whose parent index points outside it killed the
+    process with a segmentation fault inside XGBoost."""
+    model = json.loads(open(B.SHIPPED_MODEL).read())
+    damage(model["learner"]["gradient_booster"]["model"]["trees"][84])
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(model))
+    with pytest.raises(ValueError, match=f"cannot be read .*{re.escape(message)}"):
+        B.load_base_model(str(path))
+
+
+def test_a_base_model_of_another_format_is_refused(tmp_path):
+    path = tmp_path / "model.ubj"
+    path.write_bytes(b"{}")
+    with pytest.raises(ValueError, match="must be XGBoost's JSON format"):
+        B.load_base_model(str(path))

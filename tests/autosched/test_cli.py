@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import autosched
@@ -30,7 +31,8 @@ def bad_arguments(tmp_path):
         "--seed -1": ([GMM, "--seed", "-1"], "--seed must be >= 0, got -1"),
         "--early-stopping 0": ([GMM, "--early-stopping", "0"], "--early-stopping must be >= 1, got 0"),
         "--batch-size 0": (["--network", "resnet50", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
-        "--minutes 0": ([GMM, "--minutes", "0"], "--minutes must be > 0, got 0"),
+        "--minutes 0": ([GMM, "--minutes", "0"], "--minutes must be a number > 0 (finite), got 0"),
+        "--minutes inf": ([GMM, "--minutes", "inf"], "--minutes must be a number > 0 (finite), got inf"),
         "--minutes x": ([GMM, "--minutes", "x"], "--minutes must be a number, got 'x'"),
         "--retime-best -1": ([GMM, "--retime-best", "-1"], "--retime-best must be >= 0, got -1"),
         "unknown workload": (["GMM-1x3", "--trials", "1"], "unknown workload 'GMM-1x3'"),
@@ -104,7 +106,8 @@ def interrupted_tuning(records):
 
 def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path, monkeypatch, capsys):
     log = tmp_path / "my log.json"
-    log.write_text('{"old": 1}\n{"old": 2}\n{"old": 2,"retimed":true}\n')  # a re-timing is no trial
+    old = '{"v":1,"workload_key":"k","old":%d%s}\n'
+    log.write_text(old % (1, "") + old % (2, "") + old % (2, ',"retimed":true'))  # a re-timing is no trial
     monkeypatch.setattr(autosched.tune, "auto_schedule", interrupted_tuning(3))
     rc = cli.main(["tune", GMM, "--trials", "50", "--log-file", str(log), "--seed", "1"])
     assert rc == 130
@@ -168,10 +171,13 @@ def test_every_command_line_of_the_docs_parses(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # the model files the examples name exist here
     for word in {w for words in commands for w in words if w.endswith(".onnx")}:
         (tmp_path / word).write_bytes(b"")
-    for words in commands:      # the logs `pretrain` reads
+    for words in commands:      # the logs `pretrain` and `run` read, `run`'s inputs
         if words[1] == "pretrain":
             for word in words[2:words.index("-o")]:
                 (tmp_path / word).write_text("# a tuning log\n")
+        for option, word in zip(words[1:-1], words[2:]):
+            if option == "--input":
+                np.save(tmp_path / word, np.zeros(1, np.float32))
     for words in commands:
         args = parser.parse_args(words[1:])
         if getattr(args, "network", None):

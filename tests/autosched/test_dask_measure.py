@@ -15,7 +15,7 @@ distributed = pytest.importorskip("distributed", reason="measurement on Dask nee
 import ir  # noqa: E402
 from autosched import MeasureErrorNo, MeasureInput, ProgramMeasurer, RecordToFile, auto_schedule  # noqa: E402
 from autosched.measure.dask import DaskBuilder, DaskRunner  # noqa: E402
-from autosched.records import apply_history_best, read_records, trials_of  # noqa: E402
+from autosched.history.records import apply_history_best, read_records, trials_of  # noqa: E402
 from tests.autosched.measure_faults import Fault  # noqa: E402
 from tests.autosched.test_measure import assert_good, matmul_dag, states, task  # noqa: E402,F401 (fixtures)
 
@@ -156,3 +156,29 @@ def test_jobs_no_worker_can_take_are_announced(client, task, states):
     with pytest.warns(RuntimeWarning, match="no worker of the Dask cluster.*gpu-board=1"):
         runner.executor._check_workers()
     runner.close()
+
+
+def test_a_lost_scheduler_stops_the_run_without_error_records(task, states, tmp_path):
+    """The issue's case: a lost scheduler marked the in-flight programs as failed (error 8,
+    "cancelled": a resume never measured them) and ended in a traceback. Now what reported
+    is logged, what did not is no record at all, and the run stops with ``MeasurementLost``."""
+    from autosched.measure.common import MeasurementLost
+    log = str(tmp_path / "lost.jsonl")
+    cluster = local_cluster(processes=False)
+    c = distributed.Client(cluster, set_as_default=False)
+    inputs = [MeasureInput(task, s, Fault("run:sleep:1.5")) for s in states[:6]]
+    try:
+        with ProgramMeasurer(DaskBuilder(c, timeout=20), DaskRunner(c, timeout=20, min_repeat_ms=2, repeat=3),
+                             callbacks=[RecordToFile(log)], max_consecutive_errors=0) as measurer:
+            measurer.builder.build(inputs[:1])
+            closer = threading.Timer(2.5, cluster.close)
+            closer.start()
+            with pytest.raises(MeasurementLost, match="lost before it reported"):
+                measurer.measure_inputs(inputs)
+            closer.join()
+    finally:
+        c.close()
+        cluster.close()
+    records = read_records(log)
+    assert all(r.ok for r in records), [r.error_msg for r in records]
+    assert len(records) < len(inputs)

@@ -10,7 +10,7 @@ import autosched
 import ir
 from autosched import UntunedWorkloadWarning, networks
 from autosched import graph as G
-from autosched.records import trials_of
+from autosched.history.records import trials_of
 from evolution import SearchParams, XGBoostModel
 
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)

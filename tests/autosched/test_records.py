@@ -19,7 +19,7 @@ import autosched
 from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, NotATuningLog,
                        ProgramMeasurer, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
                        best_record, best_records, distill_records, load_records, read_records)
-from autosched.records import trials_of
+from autosched.history.records import trials_of
 from autosched.tune import RETIME_TURNS
 
 # the measurement loop of the SIGKILL test; also imported here for the same task and states
@@ -163,7 +163,7 @@ def test_retimed_programs_rank_first_and_are_not_trials(task, tmp_path):
     assert ranked == [recs[3], recs[2], recs[4]]  # re-timed by their re-timing, then the rest
     assert best_record(src, task.dag) == recs[3]
     assert trials_of(read_records(src)) == [recs[0], recs[1], recs[4]]
-    assert autosched.records.HistoryBest(src, None).program(task.dag)[0].key == steady.key  # what a build gets
+    assert autosched.history.records.HistoryBest(src, None).program(task.dag)[0].key == steady.key  # what a build gets
     from tests.autosched.stand_ins import StandInBuilder, StandInRunner
     resumed = ProgramMeasurer(StandInBuilder(), StandInRunner(), preloaded=read_records(src))
     assert resumed.best_state(task).key == steady.key and resumed.best_cost(task) == 2.5e-6

@@ -9,8 +9,8 @@ import pytest
 import ir
 from autosched import UntunedWorkloadWarning, apply_history_best, ops
 from autosched import graph as G
-from autosched.base_model import SHIPPED_MODEL, load_base_model
-from autosched.zero_trial import ZeroTrial, zero_trial_program
+from autosched.history.base_model import SHIPPED_MODEL, load_base_model
+from autosched.history.zero_trial import ZeroTrial, zero_trial_program
 
 
 def _run(kernel, dag, inputs, outputs):

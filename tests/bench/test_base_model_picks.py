@@ -8,7 +8,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from autosched.base_model import SHIPPED_MODEL
+from autosched.history.base_model import SHIPPED_MODEL
 
 from .test_bench_common import ROOT, _load
 

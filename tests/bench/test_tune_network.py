@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from autosched.base_model import SHIPPED_MODEL
+from autosched.history.base_model import SHIPPED_MODEL
 
 from .test_bench_common import _load
 

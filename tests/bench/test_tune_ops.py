@@ -6,7 +6,7 @@ import pytest
 
 import ir
 from autosched import ops
-from autosched.records import TuningRecord, save_records
+from autosched.history.records import TuningRecord, save_records
 
 from .test_bench_common import _load
 
@@ -41,8 +41,8 @@ def test_history_and_curve_from_a_log(tmp_path):
 
 
 def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
-    from autosched.base_model import training_workloads
-    from autosched.records_db import RecordsDB
+    from autosched.history.base_model import training_workloads
+    from autosched.history.database import RecordsDB
     path = tune_ops.training_records_db(str(tmp_path))
     records = RecordsDB(path).read()
     keys = {ir.ComputeDAG(w.tensors).workload_key() for w in training_workloads().values()}

@@ -11,6 +11,7 @@ another file, or ``off``).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import warnings
@@ -18,11 +19,14 @@ from collections.abc import Iterable
 
 import ir
 from evolution import XGBoostModel
+from evolution.features import N_FEATURES
 
-from . import ops
+from .. import ops
+from ..files import MAX_BASE_MODEL_BYTES, read_bounded
+from .model_check import check_xgboost_json
 
 #: the model file shipped with the package
-SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "base_model.json")
+SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "base_model.json")
 #: the environment variable that chooses the base model: a file, or "off"
 ENV_VAR = "AUTOSCHED_BASE_MODEL"
 OFF = ("off", "none", "0", "")
@@ -118,7 +122,7 @@ def training_programs(records: Iterable, *, on_skip=None) -> list[tuple]:
         ident = (rec.workload_key, rec.target, rec.layout_rewrite)
         if ident not in tasks:
             dag = rebuild_workload(rec.workload_key, rec.desc)
-            hardware = ir.HardwareParams(**rec.hardware) if rec.hardware else None
+            hardware = hardware_from_record(rec.hardware)
             tasks[ident] = None if dag is None else ir.SearchTask(dag, target=rec.target, hardware=hardware,
                                                                    layout_rewrite=rec.layout_rewrite, desc=rec.desc)
         task = tasks[ident]
@@ -134,6 +138,19 @@ def training_programs(records: Iterable, *, on_skip=None) -> list[tuple]:
             continue
         out.append((task, state, rec.mean_cost if rec.ok else None))
     return out
+
+
+def hardware_from_record(fields) -> ir.HardwareParams | None:
+    """The ``HardwareParams`` a record names, ignoring fields this version does not know (a
+    newer autosched sharing the records database writes them); None when the record has
+    none, or not all the fields this version needs."""
+    if not isinstance(fields, dict):
+        return None
+    known = {f.name for f in dataclasses.fields(ir.HardwareParams)}
+    try:
+        return ir.HardwareParams(**{k: v for k, v in fields.items() if k in known})
+    except (TypeError, ValueError):
+        return None
 
 
 #: the size of the base model: trees of this depth, at most this many (the shipped one is
@@ -168,7 +185,17 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
 
 @functools.lru_cache(maxsize=8)
 def _load(path: str) -> XGBoostModel:
-    return XGBoostModel.from_file(path, objective="rank")
+    data = read_bounded(path, "base cost model", MAX_BASE_MODEL_BYTES)
+    if path.endswith(".json"):   # (XGBoost trusts its indices: a damaged tree crashes the process)
+        check_xgboost_json(data, N_FEATURES)
+    elif path != SHIPPED_MODEL:
+        raise ValueError("a base model given must be XGBoost's JSON format (.json), whose trees autosched checks "
+                         "before XGBoost reads them")
+    model = XGBoostModel.from_file(path, objective="rank")
+    got = model.booster.num_features() if model.booster is not None else None
+    if got != N_FEATURES:   # (a model of other features fails at the first prediction, deep in a search)
+        raise ValueError(f"it ranks programs by {got} features; this autosched's have {N_FEATURES}")
+    return model
 
 
 def base_model_path(spec="default") -> str | None:

@@ -3,27 +3,34 @@ every new tuning learns from (as MetaSchedule's database), shared by all process
 
 Where: ``~/.cache/autosched/records.jsonl``, or ``$AUTOSCHED_RECORDS_DB``, or the
 ``records_db`` argument of the tuning functions (``--records-db``); ``off`` (``None``,
-``--no-records-db``) disables it. Its lines are tuning records (``autosched.records``;
+``--no-records-db``) disables it. Its lines are tuning records (``history.records``;
 read with ``read_records``). Writers take an exclusive ``flock`` and append a whole batch
 with one ``write``, so that concurrent tunings never interleave or lose lines; readers
-take a shared lock. A truncated last line (a process killed mid-write on a filesystem
-without the lock) is skipped with a warning by every reader and never rewritten: the next
-writer starts a new line after it.
+take a shared lock. A truncated last line (a process killed mid-write) is skipped with a
+warning by every reader and cut by the next writer, as in a tuning log
+(``records.end_last_line``).
 
 What a tuning learns from it (``prior_knowledge``): the records of its own workloads and
 target are taken in as a resumed log is (not measured again, their best is the best so
 far); records of other workloads that can be rebuilt (``base_model.rebuild_workload``)
-train a model the tuning's cost model starts from.
+train a model the tuning's cost model starts from. A tuning with a log first adds to the
+database the log's records of its tasks that the database lacks (``reconcile``: a batch
+logged but cut by a kill before it reached the database).
+
+It is a cache, shared across versions: unknown fields are ignored, a newer version's lines
+skipped, and any failure to read or write it costs one warning, never the tuning.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import warnings
 from collections.abc import Iterable
 
-from .measure.common import MeasureInput, MeasureResult
-from .records import TuningRecord, check_log_file, read_records
+from ..files import MAX_RECORDS_FILE_BYTES, checked_size
+from ..measure.common import MeasureInput, MeasureResult
+from .records import NotATuningLog, TuningRecord, append_records, check_log_file, is_tuning_log, read_records
 
 #: the environment variable that moves (a path) or disables ("off") the database
 ENV_VAR = "AUTOSCHED_RECORDS_DB"
@@ -45,13 +52,26 @@ def records_db_path(spec="default") -> str | None:
 
 
 class RecordsDB:
-    """The records file at ``path`` (its folder is made at the first write)."""
+    """The records file at ``path`` (its folder is made at the first write).
+
+    It is a cache: any failure to read or write it (permissions, a full disk, a file that
+    is not a records file, a device, lines of a foreign version) costs one warning, then
+    the database is left alone for the rest of the process's use of this object, and the
+    tuning goes on without it. ``failed`` says why, once it has."""
 
     def __init__(self, path):
         self.path = os.fspath(path)
+        self.failed: str | None = None
+        self._told_of_skipped_lines = False
 
     def __repr__(self) -> str:
         return f"RecordsDB({self.path!r})"
+
+    def _give_up(self, doing: str, err: Exception) -> None:
+        self.failed = f"{type(err).__name__}: {err}"
+        warnings.warn(f"autosched: the records database {self.path!r} cannot be {doing} ({str(err)[:300]}); "
+                      f"tuning goes on without it (--no-records-db, or {ENV_VAR}=off, to say so)",
+                      RuntimeWarning, stacklevel=3)
 
     @contextlib.contextmanager
     def _locked(self, exclusive: bool):
@@ -64,32 +84,52 @@ class RecordsDB:
             os.close(fd)   # closing releases the lock
 
     def read(self, workload_keys: Iterable[str] | None = None, target: str | None = None) -> list[TuningRecord]:
-        """The records (of these workloads and this target, when given), in file order."""
-        if not os.path.exists(self.path):
+        """The records (of these workloads and this target, when given), in file order;
+        lines that are not records are skipped with one warning for all of them."""
+        if self.failed is not None or not os.path.lexists(self.path):
             return []
         keys = None if workload_keys is None else tuple(workload_keys)
-        with self._locked(exclusive=False):
-            records = read_records(self.path, keys)
+        try:
+            checked_size(self.path, "records database", MAX_RECORDS_FILE_BYTES)  # (before open: a FIFO blocks)
+            if not is_tuning_log(self.path):
+                raise NotATuningLog("its first line is neither a record nor a '#' comment")
+            with warnings.catch_warnings(record=True) as skipped:
+                warnings.simplefilter("always")
+                with self._locked(exclusive=False):
+                    records = read_records(self.path, keys)
+        except (OSError, ValueError) as err:
+            self._give_up("read", err)
+            return []
+        if skipped and not self._told_of_skipped_lines:
+            self._told_of_skipped_lines = True
+            warnings.warn(f"autosched: the records database {self.path!r}: skipped {len(skipped)} line(s) that "
+                          f"are not records of this version, e.g. {str(skipped[0].message)[:200]}",
+                          RuntimeWarning, stacklevel=2)
         return [r for r in records if target is None or r.target == target]
 
     def append(self, records: Iterable[TuningRecord]) -> int:
-        """Append records, all in one ``write`` under the exclusive lock; returns how many."""
-        lines = [r.to_json() + "\n" for r in records]
-        if not lines:
+        """Append records, all in one ``write`` under the exclusive lock
+        (``records.append_records``); returns how many (0 once the database failed)."""
+        records = list(records)
+        if not records or self.failed is not None:
             return 0
-        folder = os.path.dirname(self.path)
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-        check_log_file(self.path)   # never append to a file that is not a tuning log
-        with self._locked(exclusive=True) as fd:
-            data = "".join(lines).encode()
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data   # after a truncated line: start a new one, leave it as it is
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        return len(lines)
+        try:
+            folder = os.path.dirname(self.path)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            check_log_file(self.path)   # never append to a file that is not a tuning log
+            with self._locked(exclusive=True) as fd:
+                return append_records(fd, self.path, records)
+        except (OSError, ValueError) as err:
+            self._give_up("written", err)
+            return 0
+
+    def add_missing(self, records: Iterable[TuningRecord], known: Iterable[TuningRecord]) -> int:
+        """Append those of ``records`` (a tuning log's) that are not among ``known`` (the
+        database's): a batch that reached the log but not the database, cut by a kill
+        between the two, is added by the next run. Returns how many."""
+        have = {_identity(r) for r in known}
+        return self.append(r for r in records if _identity(r) not in have)
 
     def writer(self) -> "RecordToDB":
         return RecordToDB(self)
@@ -114,6 +154,23 @@ class RecordToDB:
         self.flush()
 
 
+def _identity(rec: TuningRecord) -> tuple:
+    """What tells one measurement from another, in a log and in the database alike."""
+    return rec.workload_key, rec.target, rec.layout_rewrite, rec.program, rec.timestamp, rec.retimed
+
+
+def _task_ids(tasks) -> set[tuple]:
+    return {(t.workload_key, str(t.target), t.layout_rewrite) for t in tasks}
+
+
+def reconcile(db: RecordsDB, log_records, tasks) -> int:
+    """Add to ``db`` the records of ``tasks`` that the tuning log has (``log_records``) and
+    the database lacks; returns how many."""
+    ids = _task_ids(tasks)
+    mine = [r for r in log_records if (r.workload_key, r.target, r.layout_rewrite) in ids]
+    return db.add_missing(mine, db.read({r.workload_key for r in mine})) if mine else 0
+
+
 def open_records_db(spec="default") -> RecordsDB | None:
     """The database ``spec`` names (see ``records_db_path``; a ``RecordsDB`` as it is)."""
     if isinstance(spec, RecordsDB):
@@ -135,7 +192,7 @@ def prior_knowledge(db: RecordsDB, tasks, base=None, seed: int = 0) -> tuple[lis
     can be rebuilt (``base_model.rebuild_workload``), when there are any."""
     from evolution import XGBoostModel
     from .base_model import MAX_DEPTH, training_programs
-    own_ids = {(t.workload_key, str(t.target), t.layout_rewrite) for t in tasks}
+    own_ids = _task_ids(tasks)
     own_keys = {t.workload_key for t in tasks}
     targets = {str(t.target) for t in tasks}
     own, others = [], []

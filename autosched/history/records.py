@@ -10,13 +10,20 @@ it), the measurement (costs in seconds, error code and message, times) and a tim
      "build_time": 0.12, "run_time": 0.29, "repeats": 3, "saved_repeats": 7, "timestamp": 1717171717.0}
 
 Lines starting with ``#`` are comments. A run killed mid-write leaves a truncated last
-line: reading skips it with a warning. ``RecordToFile`` writes each record with a single
-``write`` as soon as it is measured, and ``fsync``s after every batch.
+line: reading skips it with a warning, and the next append cuts it (``end_last_line``:
+the one treatment of a truncated line, for the log and the records database alike).
+``RecordToFile`` writes each record with a single ``write`` as soon as it is measured,
+and ``fsync``s after every batch; ``append_records`` is the one appender.
 
-This module is a tuning's history: the log (reading, appending, distilling), resuming a
-tuning from it (``resume``) and re-applying its best programs (``apply_history_best``). It
-sits above measurement: the measurer hands it results through a callback (``RecordToFile``)
-and takes earlier ones as preloaded records; it never imports this module.
+A log may come from someone else: it is read only if it is a regular file of bounded size
+(``autosched.files``), unknown fields are ignored, and a record's steps are checked against
+``ir.step_limits``'s caps before they are replayed (``TuningRecord.state``).
+
+This module is the log of a tuning's history (``autosched.history``): reading, appending,
+distilling, the one ranking of a workload's programs (``_ranked``, by ``HasCosts.rank``),
+resuming a tuning (``resume``) and re-applying its best programs (``apply_history_best``).
+It sits above measurement: the measurer hands it results through a callback
+(``RecordToFile``) and takes earlier ones as preloaded records; it never imports this module.
 """
 from __future__ import annotations
 
@@ -31,8 +38,10 @@ from dataclasses import asdict, dataclass
 
 import ir
 from ir.build import build_with
+from ir.step_limits import check_state_limits, check_step_records
 
-from .measure.common import HasCosts, MeasureInput, MeasureResult
+from ..files import MAX_RECORD_LINE_BYTES, MAX_RECORDS_FILE_BYTES, read_bounded
+from ..measure.common import HasCosts, MeasureInput, MeasureResult
 from .zero_trial import ZeroTrial
 
 #: the version of the record format written here (readers skip newer lines with a warning)
@@ -70,11 +79,16 @@ class TuningRecord(HasCosts):
 
     def state(self, dag) -> ir.State:
         """The recorded program, replayed on ``dag`` (which must be the recorded workload);
-        raises ``ir.InvalidStep`` if its steps do not replay."""
+        raises ``ir.InvalidStep`` if its steps do not replay or are over the caps on a
+        program read from a file (``ir.step_limits``: checked before replay and before any
+        lowering, so that replaying and building a record costs bounded time and memory)."""
         key = dag.workload_key()
         if key != self.workload_key:
             raise ValueError(f"the record is of workload {self.workload_key}, the DAG given is {key}")
-        return ir.State.from_steps(dag, self.steps)
+        check_step_records(self.steps)
+        state = ir.State.from_steps(dag, self.steps)
+        check_state_limits(state)
+        return state
 
     def result(self) -> MeasureResult:
         return MeasureResult(tuple(self.costs), self.error_no, self.error_msg, self.all_cost, self.timestamp,
@@ -156,14 +170,13 @@ def _lists(v):
 # reading -------------------------------------------------------------------------------
 
 def read_records(path, workload_keys=None) -> list[TuningRecord]:
-    """Every record of a file, in file order. Comments and blank lines are skipped; so is,
+    """Every record of a file (a regular file of at most ``MAX_RECORDS_FILE_BYTES``, else
+    ``files.UnreadableFile``), in file order. Comments and blank lines are skipped; so is,
     with one warning each, every line that is not a record this version reads: a truncated
     last line (a run killed while writing), a newer format's line, anything else.
     ``workload_keys``: only the records of these workloads (other lines are not parsed)."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    text = data.decode("utf-8", errors="replace")
+    text = read_bounded(path, "tuning log", MAX_RECORDS_FILE_BYTES).decode("utf-8", errors="replace")
     lines = text.split("\n")
     complete = text.endswith("\n") or text == ""
     records: list[TuningRecord] = []
@@ -172,6 +185,10 @@ def read_records(path, workload_keys=None) -> list[TuningRecord]:
         if not stripped or stripped.startswith("#"):
             continue
         last_incomplete = number == len(lines) and not complete
+        if len(stripped) > MAX_RECORD_LINE_BYTES:
+            warnings.warn(f"autosched: {path}: line {number} has {len(stripped)} characters, over the "
+                          f"{MAX_RECORD_LINE_BYTES} a record may have; skipped it", RuntimeWarning, stacklevel=2)
+            continue
         if workload_keys is not None and not last_incomplete and not any(k in stripped for k in workload_keys):
             continue
         try:
@@ -224,7 +241,7 @@ def _ranked(records: Iterable[TuningRecord], target: str | None) -> dict[str, li
         latest = {ident(r): r for r in ok if r.retimed}  # (in log order: the last one stays)
         seen, ranked = set(), []
         for r in sorted(list(latest.values()) + [r for r in ok if not r.retimed],
-                        key=lambda r: (not r.retimed, r.mean_cost)):
+                        key=lambda r: r.rank):
             if ident(r) not in seen:
                 seen.add(ident(r))
                 ranked.append(r)
@@ -291,6 +308,8 @@ def is_tuning_log(path) -> bool:
     path = os.fspath(path)
     if not os.path.exists(path):
         return True
+    if not os.path.isfile(path):
+        return False   # (a device reads forever, a FIFO blocks)
     with open(path, "rb") as f:
         head = f.read(1 << 20)
     for line in head.split(b"\n"):
@@ -318,6 +337,8 @@ def check_log_file(path) -> str:
     path = os.fspath(path)
     if os.path.isdir(path):
         raise NotATuningLog(f"the tuning log {path!r} is a directory; expected a file path")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise NotATuningLog(f"the tuning log {path!r} is not a regular file (a device, a FIFO?); expected a file path")
     if not is_tuning_log(path):
         raise NotATuningLog(f"{path!r} is not a tuning log (its first line is neither a record nor a '#' comment); "
                             "autosched does not write to files it did not write: give a new or empty file")
@@ -332,9 +353,8 @@ class RecordToFile:
     """A measure callback that appends each measured program to a tuning log as soon as it
     is measured (one ``write`` per line; ``flush()``, called after each batch, fsyncs).
     The file is checked when the object is made (``check_log_file``): a file that is not a
-    tuning log, or that cannot be written, fails then, before anything is measured. A last
-    line without its newline gets one before appending (a truncated record of ours, left by
-    a killed run, is cut instead: a record is one line)."""
+    tuning log, or that cannot be written, fails then, before anything is measured. The
+    first write ends the file's last line as ``end_last_line`` does."""
 
     def __init__(self, path):
         self.path = check_log_file(path)
@@ -342,8 +362,9 @@ class RecordToFile:
 
     def _open(self) -> int:
         if self._fd is None:
-            _terminate_last_line(self.path)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            end_last_line(fd, self.path)
+            self._fd = fd
         return self._fd
 
     def read(self) -> list[TuningRecord]:
@@ -355,12 +376,7 @@ class RecordToFile:
         self.write(TuningRecord.from_measure(inp, res))
 
     def write(self, record: TuningRecord) -> None:
-        data = (record.to_json() + "\n").encode()
-        fd = self._open()
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        write_all(self._open(), (record.to_json() + "\n").encode())
 
     def flush(self) -> None:
         if self._fd is not None:
@@ -377,32 +393,45 @@ class RecordToFile:
             self.close()
 
 
-def _terminate_last_line(path: str) -> None:
-    """End the file with a newline before appending: a last line without one is kept and
-    terminated (a record, a comment, a user's note), except a truncated record of ours (it
-    starts like our lines and does not parse), which is cut with a warning."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return
+def append_records(fd: int, path: str, records: Iterable[TuningRecord]) -> int:
+    """The one appender of the history: ``records`` as whole lines at the end of the log
+    open (read-write, ``O_APPEND``) at ``fd``, after ``end_last_line``; returns how many."""
+    lines = [r.to_json() + "\n" for r in records]
+    if lines:
+        end_last_line(fd, path)
+        write_all(fd, "".join(lines).encode())
+    return len(lines)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def end_last_line(fd: int, path: str) -> None:
+    """End the file open at ``fd`` (read-write) with a newline before appending: a last line
+    without one is kept and terminated (a record, a comment, a user's note), except a
+    truncated record of ours (it starts like our lines and does not parse: a run killed
+    while writing), which is cut with a warning. The one treatment of a truncated line."""
+    size = os.fstat(fd).st_size
     if size == 0:
         return
-    with open(path, "rb+") as f:
-        f.seek(max(0, size - (1 << 20)))
-        tail = f.read()
-        if tail.endswith(b"\n"):
+    start = max(0, size - (1 << 20))
+    tail = os.pread(fd, size - start, start)
+    if tail.endswith(b"\n"):
+        return
+    cut = tail.rfind(b"\n") + 1
+    last = tail[cut:]
+    if last.lstrip().startswith(_RECORD_PREFIX):
+        try:
+            json.loads(last)
+        except ValueError:
+            warnings.warn(f"autosched: {path}: cut a truncated record at the end (a run killed while "
+                          "writing?) before appending", RuntimeWarning, stacklevel=4)
+            os.ftruncate(fd, start + cut)
             return
-        cut = tail.rfind(b"\n") + 1
-        last = tail[cut:]
-        if last.lstrip().startswith(_RECORD_PREFIX):
-            try:
-                json.loads(last)
-            except ValueError:
-                warnings.warn(f"autosched: {path}: cut a truncated record at the end (a run killed while "
-                              "writing?) before appending", RuntimeWarning, stacklevel=4)
-                f.truncate(size - len(tail) + cut)
-                return
-        f.write(b"\n")
+    write_all(fd, b"\n")
 
 
 # re-applying the best programs -----------------------------------------------------------
