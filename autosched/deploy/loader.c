@@ -1,0 +1,228 @@
+/* The network driver and loader of an autosched artifact (see autosched/runtime/include/autosched.h).
+ *
+ * Compiled with the model's generated plan (plan.h: the kernels, each call's arguments, the
+ * arena and weight offsets, the inputs and outputs) into the artifact's shared library. It
+ * does natively what autosched.graph.GraphExecutor does: one arena planned by liveness,
+ * weights already packed in the layout the kernels read (mapped from the artifact file),
+ * every kernel's argument vector prepared once at load, and a run that calls the kernels in
+ * order with no allocation and no checks between them.
+ *
+ * File layout (all little-endian): [shared library][padding to a page][weights][manifest JSON]
+ * [trailer: "ASOTRAIL", u32 format, u32 0, u64 library bytes, u64 weights offset, u64 weights
+ * bytes, u64 manifest offset, u64 manifest bytes, 16-byte build id].
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "autosched.h"
+#include "plan.h"
+
+int omp_get_max_threads(void);
+void omp_set_num_threads(int);
+
+#define ASO_TRAILER_BYTES 72
+
+enum { ASO_ARENA = 0, ASO_WEIGHTS = 1, ASO_SLOT = 2 };
+
+struct autosched_model {
+    pthread_mutex_t lock;
+    void *weights;          /* the mapping of the weights (NULL when there are none) */
+    size_t weights_bytes;
+    char *arena;
+    char *slots[ASO_N_SLOTS];
+    void **argv_memory;     /* every call's argument vector, one after another */
+    void **argvs[ASO_N_CALLS];
+    int num_threads;
+};
+
+static __thread char last_error[1024];
+
+static void set_error(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(last_error, sizeof last_error, format, args);
+    va_end(args);
+}
+
+const char *autosched_last_error(void) { return last_error; }
+
+static uint64_t read_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t read_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The instruction-set extensions (as /proc/cpuinfo names them) that this CPU lacks, or "". */
+static void missing_cpu_flags(char *missing, size_t size) {
+    missing[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;   /* not Linux: nothing to check against */
+    static char line[16384];
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) { found = 1; break; }
+    fclose(f);
+    if (!found) return;
+    line[strcspn(line, "\n")] = ' ';
+    for (int i = 0; ASO_CPU_FLAGS[i]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, " %s ", ASO_CPU_FLAGS[i]);
+        if (!strstr(line, want)) {
+            size_t n = strlen(missing);
+            snprintf(missing + n, size - n, "%s%s", n ? ", " : "", ASO_CPU_FLAGS[i]);
+        }
+    }
+}
+
+/* Read and check the trailer of the artifact at path; map its weights into model. */
+static int map_weights(autosched_model *model, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { set_error("cannot open the artifact %s: %s", path, strerror(errno)); return -1; }
+    struct stat st;
+    unsigned char t[ASO_TRAILER_BYTES];
+    int ok = fstat(fd, &st) == 0 && st.st_size >= ASO_TRAILER_BYTES &&
+             pread(fd, t, sizeof t, st.st_size - ASO_TRAILER_BYTES) == (ssize_t)sizeof t;
+    if (!ok || memcmp(t, "ASOTRAIL", 8) != 0) {
+        set_error("%s is not a complete autosched artifact (no trailer at its end: truncated, or another kind of file)", path);
+        close(fd);
+        return -1;
+    }
+    uint32_t format = read_u32(t + 8);
+    uint64_t lib = read_u64(t + 16), w_off = read_u64(t + 24), w_bytes = read_u64(t + 32);
+    uint64_t m_off = read_u64(t + 40), m_bytes = read_u64(t + 48);
+    uint64_t size = (uint64_t)st.st_size - ASO_TRAILER_BYTES;
+    if (format != ASO_FORMAT) {
+        set_error("%s is an artifact of format %u; this library reads format %u", path, format, ASO_FORMAT);
+    } else if (memcmp(t + 56, ASO_BUILD_ID, 16) != 0) {
+        set_error("%s is another model's artifact than the library it is loaded with (build ids differ)", path);
+    } else if (lib > w_off || w_off > size || w_bytes > size - w_off || m_off > size || m_bytes > size - m_off ||
+               w_bytes != ASO_WEIGHTS_BYTES || w_off % 4096 != 0) {
+        set_error("%s is damaged: its sections do not fit in its %llu bytes", path, (unsigned long long)st.st_size);
+    } else {
+        ok = 1;
+        model->weights = NULL;
+        model->weights_bytes = w_bytes;
+        if (w_bytes) {
+            model->weights = mmap(NULL, w_bytes, PROT_READ, MAP_PRIVATE, fd, (off_t)w_off);
+            if (model->weights == MAP_FAILED) {
+                model->weights = NULL;
+                set_error("cannot map the weights of %s: %s", path, strerror(errno));
+                ok = 0;
+            } else {
+                madvise(model->weights, w_bytes, MADV_WILLNEED);
+            }
+        }
+        close(fd);
+        return ok ? 0 : -1;
+    }
+    close(fd);
+    return -1;
+}
+
+static void *aligned_bytes(uint64_t n) {
+    return aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+}
+
+autosched_model *autosched_model_load(const char *path) {
+    if (!path) { set_error("autosched_model_load: path is NULL"); return NULL; }
+    char missing[1024];
+    missing_cpu_flags(missing, sizeof missing);
+    if (missing[0]) {
+        set_error("this CPU lacks instruction-set extensions the model's code uses: %s (compiled for %s)",
+                  missing, ASO_CPU_NAME);
+        return NULL;
+    }
+    autosched_model *model = calloc(1, sizeof *model);
+    if (!model) { set_error("out of memory"); return NULL; }
+    if (map_weights(model, path) != 0) { free(model); return NULL; }
+    pthread_mutex_init(&model->lock, NULL);
+    model->arena = aligned_bytes(ASO_ARENA_BYTES);
+    int failed = model->arena == NULL;
+    for (int s = 0; s < ASO_N_SLOTS; s++) {
+        model->slots[s] = aligned_bytes(ASO_SLOT_BYTES[s]);
+        failed |= model->slots[s] == NULL;
+    }
+    model->argv_memory = calloc(ASO_N_ARGS + 1, sizeof(void *));
+    if (failed || !model->argv_memory) {
+        autosched_model_free(model);
+        set_error("out of memory: the model needs %llu bytes of working memory", (unsigned long long)ASO_ARENA_BYTES);
+        return NULL;
+    }
+    for (int c = 0; c < ASO_N_CALLS; c++) {
+        model->argvs[c] = model->argv_memory + ASO_CALL_ARGS[c];
+        for (uint32_t a = ASO_CALL_ARGS[c]; a < ASO_CALL_ARGS[c + 1]; a++) {
+            uint64_t at = ASO_ARG_AT[a];
+            model->argv_memory[a] = ASO_ARG_KIND[a] == ASO_ARENA ? (void *)(model->arena + at)
+                                  : ASO_ARG_KIND[a] == ASO_WEIGHTS ? (void *)((char *)model->weights + at)
+                                  : (void *)model->slots[at];
+        }
+    }
+    return model;
+}
+
+void autosched_model_free(autosched_model *model) {
+    if (!model) return;
+    if (model->weights) munmap(model->weights, model->weights_bytes);
+    free(model->arena);
+    for (int s = 0; s < ASO_N_SLOTS; s++) free(model->slots[s]);
+    free(model->argv_memory);
+    pthread_mutex_destroy(&model->lock);
+    free(model);
+}
+
+int autosched_model_set_num_threads(autosched_model *model, int num_threads) {
+    if (!model || num_threads < 0) { set_error("autosched_model_set_num_threads: bad arguments"); return -1; }
+    model->num_threads = num_threads;
+    return 0;
+}
+
+int autosched_model_run(autosched_model *model, const void *const *inputs, void *const *outputs) {
+    if (!model || (!inputs && ASO_N_INPUTS) || (!outputs && ASO_N_OUTPUTS)) {
+        set_error("autosched_model_run: the model, inputs or outputs is NULL");
+        return -1;
+    }
+    pthread_mutex_lock(&model->lock);
+    for (int i = 0; i < ASO_N_INPUTS; i++)
+        memcpy(model->slots[ASO_INPUT_SLOT[i]], inputs[i], ASO_INPUTS[i].bytes);
+    int previous = omp_get_max_threads();
+    if (model->num_threads > 0) omp_set_num_threads(model->num_threads);
+    int status = 0, c = 0;
+    for (; c < ASO_N_CALLS; c++) {
+        status = ASO_FUNCTIONS[c](model->argvs[c]);
+        if (status) break;
+    }
+    if (model->num_threads > 0) omp_set_num_threads(previous);
+    if (status) {
+        const char *message = ASO_ERRORS[c](status);
+        set_error("kernel %d of the model (%s) failed: %s", c, ASO_CALL_NAMES[c], message ? message : "unknown error");
+    } else {
+        for (int o = 0; o < ASO_N_OUTPUTS; o++)
+            memcpy(outputs[o], model->slots[ASO_OUTPUT_SLOT[o]], ASO_OUTPUTS[o].bytes);
+    }
+    pthread_mutex_unlock(&model->lock);
+    return status;
+}
+
+int autosched_model_num_inputs(const autosched_model *model) { return model ? ASO_N_INPUTS : 0; }
+int autosched_model_num_outputs(const autosched_model *model) { return model ? ASO_N_OUTPUTS : 0; }
+
+const autosched_tensor_info *autosched_model_input(const autosched_model *model, int index) {
+    return model && index >= 0 && index < ASO_N_INPUTS ? &ASO_INPUTS[index] : NULL;
+}
+
+const autosched_tensor_info *autosched_model_output(const autosched_model *model, int index) {
+    return model && index >= 0 && index < ASO_N_OUTPUTS ? &ASO_OUTPUTS[index] : NULL;
+}
