@@ -509,54 +509,150 @@ def cmd_tune_model(args) -> int:
 
 
 def add_run(sub) -> None:
-    run = sub.add_parser("run", help="run an ONNX model with its tuned programs (from a tuning log)")
-    run.add_argument("model", type=model_file, help="the .onnx file")
-    run.add_argument("--log-file", required=True,
-                     help="the tuning log of `autosched tune model.onnx --log-file` (read, never written)")
+    run = sub.add_parser("run", help="run an ONNX model with its tuned programs (from a tuning log), or a "
+                                     "compiled artifact (`autosched compile`)")
+    run.add_argument("model", type=model_or_artifact, help="the .onnx file, or an artifact (model.aso)")
+    run.add_argument("--log-file", default=None,
+                     help="the tuning log of `autosched tune model.onnx --log-file` (read, never written); "
+                          "required for an .onnx model, not for an artifact")
     run.add_argument("--input", action="append", default=[], help=".npy file of an input (one per input, in order)")
     run.add_argument("--output", default=None, help="write the output to this .npy file (.npz for several)")
     run.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                      help="an input shape the model leaves open, e.g. input_ids=1x128")
     run.add_argument("--verify", action="store_true", help="check against onnxruntime and time both and PyTorch")
+    run.add_argument("--num-threads", type=count("--num-threads", 1), default=None,
+                     help="an artifact's OpenMP threads (default: one per core)")
     _add_winograd(run)
     _add_seed(run)
     _add_base_model(run)
     run.set_defaults(fn=cmd_run)
 
 
+def model_or_artifact(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no model file at {text!r} (an .onnx file, or an artifact of "
+                                         f"`{PROG} compile`)")
+    return text
+
+
+def _input_arrays(paths: list[str], names: list[str], random_inputs):
+    """The arrays of the ``--input`` files (one per input, in order), else ``random_inputs()``."""
+    if not paths:
+        return random_inputs()
+    if len(paths) != len(names):
+        raise UsageError(f"the model takes {len(names)} inputs ({', '.join(names)}), got {len(paths)} --input files")
+    return [np.load(f) for f in paths]
+
+
+def _report_outputs(args, names: list[str], outputs) -> None:
+    for name, out in zip(names, outputs):
+        print(f"# output '{name}': shape {out.shape}, mean {float(out.mean()):.6g}")
+    if args.output:
+        if len(outputs) == 1:
+            np.save(args.output, outputs[0])
+        else:
+            np.savez(args.output, **dict(zip(names, outputs)))
+        print(f"# written to {args.output}")
+
+
 def cmd_run(args) -> int:
-    """``autosched run model.onnx --log-file F``: run a model with its tuned programs."""
+    """``autosched run model.onnx --log-file F``: run a model with its tuned programs;
+    ``autosched run model.aso``: run a compiled artifact."""
+    if not args.model.endswith(".onnx"):
+        return _run_artifact(args)
+    if args.log_file is None:
+        raise UsageError(f"running an .onnx model needs --log-file (the log of `{PROG} tune {args.model} "
+                         f"--log-file F`), or compile it first with `{PROG} compile`")
     if not os.path.isfile(args.log_file):
         raise UsageError(f"no tuning log at {args.log_file!r}; make one with "
                          f"`{PROG} tune {args.model} --log-file {args.log_file}`")
     model = _import_model(args.model, args.input_shape)
     executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
                                    base_model=args.base_model)
-    if args.input:
-        if len(args.input) != len(model.inputs):
-            raise UsageError(f"the model takes {len(model.inputs)} inputs "
-                             f"({', '.join(i.name for i in model.inputs)}), got {len(args.input)} --input files")
-        inputs = [np.load(f) for f in args.input]
-    else:
-        inputs = model.random_inputs(args.seed)
+    names = [i.name for i in model.inputs]
+    inputs = _input_arrays(args.input, names, lambda: model.random_inputs(args.seed))
+    if not args.input:
         print(f"# no --input: random inputs (seed {args.seed})")
     try:
         outputs = executor.run(*inputs)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    for node, out in zip(model.outputs, outputs):
-        print(f"# output '{node.name}': shape {out.shape}, mean {float(out.mean()):.6g}")
-    if args.output:
-        if len(outputs) == 1:
-            np.save(args.output, outputs[0])
-        else:
-            np.savez(args.output, **{n.name: o for n, o in zip(model.outputs, outputs)})
-        print(f"# written to {args.output}")
+    _report_outputs(args, [n.name for n in model.outputs], outputs)
     latency = executor.benchmark(*inputs, repeat=5, min_repeat_ms=50)["median"]
     print(f"# {1e3 * latency:.3f} ms end to end ({len(executor.untuned)} of {len(executor.partitioned.tasks)} "
           "tasks untuned)")
     if args.verify:
         return 0 if _compare_with_baselines(args.model, args.input_shape, executor, inputs, outputs) else 1
+    return 0
+
+
+def _run_artifact(args) -> int:
+    """``autosched run model.aso``: load a compiled artifact with the runtime and run it."""
+    from .runtime import ArtifactError, Model
+    if args.log_file or args.input_shape or args.verify:
+        raise UsageError(f"{args.model!r} is a compiled artifact: its programs and shapes are in it "
+                         "(--log-file, --input-shape and --verify are for .onnx models)")
+    t0 = time.perf_counter()
+    try:
+        model = Model(args.model, num_threads=args.num_threads)
+    except ArtifactError as err:
+        raise UsageError(str(err)) from None
+    load = time.perf_counter() - t0
+
+    def random_inputs():
+        rng = np.random.default_rng(args.seed)
+        print(f"# no --input: random inputs (seed {args.seed})")
+        return [rng.standard_normal(i.shape).astype(i.dtype) if i.dtype.kind == "f"
+                else rng.integers(0, 2, size=i.shape).astype(i.dtype) for i in model.inputs]
+
+    inputs = _input_arrays(args.input, [i.name for i in model.inputs], random_inputs)
+    try:
+        outputs = model.run(inputs)
+    except (TypeError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    _report_outputs(args, [o.name for o in model.outputs], outputs)
+    latency = _best_seconds(lambda: model.run(inputs), min_time=0.2)
+    print(f"# loaded in {1e3 * load:.1f} ms; {1e3 * latency:.3f} ms end to end")
+    return 0
+
+
+# compile ---------------------------------------------------------------------------------------
+
+def add_compile(sub) -> None:
+    comp = sub.add_parser("compile", help="compile an ONNX model with its tuned programs into one artifact "
+                                          "(a shared library, the weights, a manifest) for autosched.runtime or C")
+    comp.add_argument("model", type=model_file, help="the .onnx file")
+    comp.add_argument("--log-file", type=tuning_log, default=None,
+                      help="the tuning log (read, never written); without one every task runs its zero-trial "
+                           "program")
+    comp.add_argument("-o", "--output", default=None, help="the artifact to write (default: MODEL.aso beside it)")
+    comp.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
+                      help="an input shape the model leaves open, e.g. input_ids=1x128")
+    _add_base_model(comp)
+    comp.set_defaults(fn=cmd_compile)
+
+
+def cmd_compile(args) -> int:
+    from .deploy import NoCCompiler, compile as compile_model
+    from .runtime import read_manifest
+    output = args.output or os.path.splitext(args.model)[0] + ".aso"
+    if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise UsageError(f"-o {output!r}: the folder {os.path.dirname(output)!r} does not exist")
+    t0 = time.perf_counter()
+    try:
+        compile_model(args.model, log_file=args.log_file, output=output, input_shapes=dict(args.input_shape),
+                      base_model=args.base_model)
+    except (graph.UnsupportedModelError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    except NoCCompiler as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return SYSTEM_ERROR
+    manifest = read_manifest(output)
+    tasks = [t for t in manifest["tasks"] if t["task"]]
+    tuned = sum(t["program"] == "tuned" for t in tasks)
+    print(f"# {output}: {os.path.getsize(output) / 2**20:.2f} MiB ({manifest['library']['kernels']} kernels, "
+          f"{manifest["weights"]["bytes"] / 2**20:.2f} MiB of weights) in {time.perf_counter() - t0:.1f} s; "
+          f"{tuned} of {len(tasks)} tasks tuned, {len(tasks) - tuned} zero-trial; for {manifest['cpu']['name']}")
     return 0
 
 
@@ -663,7 +759,7 @@ def report_interrupt(args, argv: list[str], trials_before: int) -> None:
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="A template-free auto-scheduler for tensor programs.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (add_list, add_build, add_tune, add_run, add_sketches, add_pretrain):
+    for add in (add_list, add_build, add_tune, add_run, add_compile, add_sketches, add_pretrain):
         add(sub)
     return parser
 

@@ -53,6 +53,32 @@ def _check_runnable(path: str, manifest: dict) -> None:
                                      "this machine")
 
 
+def input_arrays(infos: list[TensorInfo], inputs) -> list[np.ndarray]:
+    """``inputs`` (a list in the order of ``infos``, or a dict by name) checked against the
+    model's inputs: C-contiguous arrays of the right dtypes and shapes, in order."""
+    names = [i.name for i in infos]
+    if isinstance(inputs, dict):
+        unknown = sorted(set(inputs) - set(names))
+        absent = [n for n in names if n not in inputs]
+        if unknown or absent:
+            raise ValueError(f"the model's inputs are {names}; got {sorted(inputs)}"
+                             + (f" (missing {absent})" if absent else "") + (f" (unknown {unknown})" if unknown else ""))
+        inputs = [inputs[n] for n in names]
+    inputs = list(inputs)
+    if len(inputs) != len(infos):
+        raise ValueError(f"the model takes {len(infos)} inputs ({', '.join(names)}), got {len(inputs)}")
+    arrays = []
+    for info, x in zip(infos, inputs):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"input '{info.name}' must be a numpy array, got {type(x).__name__}")
+        if x.dtype != info.dtype:
+            raise TypeError(f"input '{info.name}' has dtype {x.dtype}, the model expects {info.dtype}")
+        if x.shape != info.shape:
+            raise ValueError(f"input '{info.name}' has shape {x.shape}, the model expects {info.shape}")
+        arrays.append(np.ascontiguousarray(x))
+    return arrays
+
+
 class Model:
     """A compiled model (``autosched compile``) ready to run: ``run(inputs)``.
 
@@ -96,30 +122,6 @@ class Model:
         lib.autosched_model_set_num_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.autosched_last_error.restype = ctypes.c_char_p
 
-    def _input_arrays(self, inputs) -> list[np.ndarray]:
-        if isinstance(inputs, dict):
-            unknown = sorted(set(inputs) - {i.name for i in self.inputs})
-            absent = [i.name for i in self.inputs if i.name not in inputs]
-            if unknown or absent:
-                raise ValueError(f"the model's inputs are {[i.name for i in self.inputs]}; got "
-                                 f"{sorted(inputs)}" + (f" (missing {absent})" if absent else "")
-                                 + (f" (unknown {unknown})" if unknown else ""))
-            inputs = [inputs[i.name] for i in self.inputs]
-        inputs = list(inputs)
-        if len(inputs) != len(self.inputs):
-            raise ValueError(f"the model takes {len(self.inputs)} inputs ({', '.join(i.name for i in self.inputs)}), "
-                             f"got {len(inputs)}")
-        arrays = []
-        for info, x in zip(self.inputs, inputs):
-            if not isinstance(x, np.ndarray):
-                raise TypeError(f"input '{info.name}' must be a numpy array, got {type(x).__name__}")
-            if x.dtype != info.dtype:
-                raise TypeError(f"input '{info.name}' has dtype {x.dtype}, the model expects {info.dtype}")
-            if x.shape != info.shape:
-                raise ValueError(f"input '{info.name}' has shape {x.shape}, the model expects {info.shape}")
-            arrays.append(np.ascontiguousarray(x))
-        return arrays
-
     def _output_arrays(self, outputs) -> list[np.ndarray]:
         if outputs is None:
             return [np.empty(o.shape, o.dtype) for o in self.outputs]
@@ -141,7 +143,7 @@ class Model:
     def run(self, inputs, outputs=None) -> list[np.ndarray]:
         """The model's outputs on ``inputs`` (a list in the model's order, or a dict by
         name), written into ``outputs`` when given (writeable arrays), else new arrays."""
-        ins, outs = self._input_arrays(inputs), self._output_arrays(outputs)
+        ins, outs = input_arrays(self.inputs, inputs), self._output_arrays(outputs)
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[a.ctypes.data for a in outs])
         with self._lock:   # also keeps close() from freeing the model under a run
