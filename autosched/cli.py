@@ -651,7 +651,7 @@ def cmd_compile(args) -> int:
     tasks = [t for t in manifest["tasks"] if t["task"]]
     tuned = sum(t["program"] == "tuned" for t in tasks)
     print(f"# {output}: {os.path.getsize(output) / 2**20:.2f} MiB ({manifest['library']['kernels']} kernels, "
-          f"{manifest["weights"]["bytes"] / 2**20:.2f} MiB of weights) in {time.perf_counter() - t0:.1f} s; "
+          f"{manifest['weights']['bytes'] / 2**20:.2f} MiB of weights) in {time.perf_counter() - t0:.1f} s; "
           f"{tuned} of {len(tasks)} tasks tuned, {len(tasks) - tuned} zero-trial; for {manifest['cpu']['name']}")
     return 0
 

@@ -87,33 +87,28 @@ static void missing_cpu_flags(char *missing, size_t size) {
     }
 }
 
-/* Read and check the trailer of the artifact at path; map its weights into model. */
+/* Check the artifact at path (autosched.h) and that it is this library's; map its weights. */
 static int map_weights(autosched_model *model, const char *path) {
+    if (autosched_artifact_check(path, last_error, sizeof last_error) != 0) return -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { set_error("cannot open the artifact %s: %s", path, strerror(errno)); return -1; }
     struct stat st;
     unsigned char t[ASO_TRAILER_BYTES];
-    int ok = fstat(fd, &st) == 0 && st.st_size >= ASO_TRAILER_BYTES &&
-             pread(fd, t, sizeof t, st.st_size - ASO_TRAILER_BYTES) == (ssize_t)sizeof t;
-    if (!ok || memcmp(t, "ASOTRAIL", 8) != 0) {
-        set_error("%s is not a complete autosched artifact (no trailer at its end: truncated, or another kind of file)", path);
-        close(fd);
+    if (fd < 0 || fstat(fd, &st) != 0 ||
+        pread(fd, t, sizeof t, st.st_size - ASO_TRAILER_BYTES) != (ssize_t)sizeof t) {
+        set_error("cannot read the artifact %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
         return -1;
     }
-    uint32_t format = read_u32(t + 8);
-    uint64_t lib = read_u64(t + 16), w_off = read_u64(t + 24), w_bytes = read_u64(t + 32);
-    uint64_t m_off = read_u64(t + 40), m_bytes = read_u64(t + 48);
-    uint64_t size = (uint64_t)st.st_size - ASO_TRAILER_BYTES;
-    if (format != ASO_FORMAT) {
-        set_error("%s is an artifact of format %u; this library reads format %u", path, format, ASO_FORMAT);
+    uint64_t w_off = read_u64(t + 24), w_bytes = read_u64(t + 32);
+    int ok = 0;
+    if (read_u32(t + 8) != ASO_FORMAT) {
+        set_error("%s is an artifact of format %u; this library reads format %u", path, read_u32(t + 8), ASO_FORMAT);
     } else if (memcmp(t + 56, ASO_BUILD_ID, 16) != 0) {
         set_error("%s is another model's artifact than the library it is loaded with (build ids differ)", path);
-    } else if (lib > w_off || w_off > size || w_bytes > size - w_off || m_off > size || m_bytes > size - m_off ||
-               w_bytes != ASO_WEIGHTS_BYTES || w_off % 4096 != 0) {
-        set_error("%s is damaged: its sections do not fit in its %llu bytes", path, (unsigned long long)st.st_size);
+    } else if (w_bytes != ASO_WEIGHTS_BYTES || w_off % 4096 != 0) {
+        set_error("%s is damaged: its weights are not where this library expects them", path);
     } else {
         ok = 1;
-        model->weights = NULL;
         model->weights_bytes = w_bytes;
         if (w_bytes) {
             model->weights = mmap(NULL, w_bytes, PROT_READ, MAP_PRIVATE, fd, (off_t)w_off);
@@ -125,11 +120,9 @@ static int map_weights(autosched_model *model, const char *path) {
                 madvise(model->weights, w_bytes, MADV_WILLNEED);
             }
         }
-        close(fd);
-        return ok ? 0 : -1;
     }
     close(fd);
-    return -1;
+    return ok ? 0 : -1;
 }
 
 static void *aligned_bytes(uint64_t n) {

@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +58,39 @@ const autosched_tensor_info *autosched_model_output(const autosched_model *model
 
 /* The message of this thread's last failed call ("" if none). */
 const char *autosched_last_error(void);
+
+/* Check, before dlopen, that the file at path is a complete artifact of the format these
+ * functions read (the dynamic loader itself would crash on a truncated library): 0 if so, else
+ * -1 with the reason in message. A program linked with the artifact is loaded before main. */
+static inline int autosched_artifact_check(const char *path, char *message, size_t size) {
+    unsigned char t[72];
+    long end = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(message, size, "cannot open %s", path); return -1; }
+    int complete = fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) >= 72 && fseek(f, end - 72, SEEK_SET) == 0 &&
+                   fread(t, 1, 72, f) == 72 && memcmp(t, "ASOTRAIL", 8) == 0;
+    fclose(f);
+    if (!complete) {
+        snprintf(message, size, "%s is not a complete autosched artifact (no trailer at its end: truncated, "
+                 "or another kind of file)", path);
+        return -1;
+    }
+    uint64_t v[5];
+    for (int k = 0; k < 5; k++) {
+        v[k] = 0;
+        for (int b = 7; b >= 0; b--) v[k] = (v[k] << 8) | t[16 + 8 * k + b];
+    }
+    uint64_t body = (uint64_t)end - 72;   /* library, weights offset, weights bytes, manifest offset, bytes */
+    if (t[8] != 1 || t[9] || t[10] || t[11]) {
+        snprintf(message, size, "%s is an artifact of another format than 1", path);
+        return -1;
+    }
+    if (v[0] > v[1] || v[1] > body || v[2] > body - v[1] || v[3] > body || v[4] > body - v[3]) {
+        snprintf(message, size, "%s is damaged: its sections do not fit in the file", path);
+        return -1;
+    }
+    return 0;
+}
 
 #ifdef __cplusplus
 }
