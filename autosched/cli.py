@@ -649,10 +649,12 @@ def cmd_compile(args) -> int:
         return SYSTEM_ERROR
     manifest = read_manifest(output)
     tasks = [t for t in manifest["tasks"] if t["task"]]
-    tuned = sum(t["program"] == "tuned" for t in tasks)
+    kinds = {k: sum(t["program"] == k for t in tasks) for k in ("tuned", "zero-trial", "default schedule")}
+    untuned = ", ".join(f"{n} {k}" for k, n in kinds.items() if n and k != "tuned")
     print(f"# {output}: {os.path.getsize(output) / 2**20:.2f} MiB ({manifest['library']['kernels']} kernels, "
           f"{manifest['weights']['bytes'] / 2**20:.2f} MiB of weights) in {time.perf_counter() - t0:.1f} s; "
-          f"{tuned} of {len(tasks)} tasks tuned, {len(tasks) - tuned} zero-trial; for {manifest['cpu']['name']}")
+          f"{kinds['tuned']} of {len(tasks)} tasks tuned{f' ({untuned})' if untuned else ''}; "
+          f"for {manifest['cpu']['name']}")
     return 0
 
 
