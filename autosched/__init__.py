@@ -38,7 +38,8 @@ _EXPORTS = {
 #: subpackages reachable as attributes (``autosched.graph.partition``)
 _SUBMODULES = ("ops", "graph", "runtime", "deploy", "measure", "records", "networks", "workers", "cli")
 
-__all__ = ["__version__", *_SUBMODULES[:2], *_EXPORTS]
+#: (``compile`` is public but not in ``__all__``: ``from autosched import *`` must not hide the builtin)
+__all__ = ["__version__", *_SUBMODULES[:2], *(name for name in _EXPORTS if name != "compile")]
 
 
 def __getattr__(name: str):
