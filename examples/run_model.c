@@ -59,7 +59,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "run_model: %s\n", message);
         return 1;
     }
-    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    char path[4096];   /* dlopen searches the library path for a name without a slash */
+    snprintf(path, sizeof path, "%s%s", strchr(argv[1], '/') ? "" : "./", argv[1]);
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib || bind(lib) != 0) {
         fprintf(stderr, "run_model: %s is not an autosched artifact: %s\n", argv[1], lib ? "no entry points" : dlerror());
         return 1;

@@ -9,6 +9,7 @@ model runs one call at a time (its arena is one), in the order the calls arrive.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass
 
@@ -87,7 +88,7 @@ class Model:
     ``openmp.set_spin_policy``: a setting of the process, fixed when OpenMP loads)."""
 
     def __init__(self, path: str, num_threads: int | None = None, spin: str | None = None):
-        path = str(path)
+        path = os.path.abspath(os.fspath(path))   # dlopen searches the library path for a bare name
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
         sections = artifact.read_sections(path)

@@ -322,7 +322,7 @@ def test_the_c_loader_refuses_another_models_file(models):
     assert b"another model's artifact" in lib.autosched_last_error()
 
 
-def test_bad_inputs_and_outputs_are_clear_errors(models):
+def test_bad_inputs_and_outputs_are_clear_errors(models, monkeypatch):
     _, aso = models["small_cnn"]
     model = Model(aso)
     x = np.zeros((1, 3, 16, 16), np.float32)
@@ -342,6 +342,8 @@ def test_bad_inputs_and_outputs_are_clear_errors(models):
     assert model.run([x[:, :, ::1]], outputs=[out])[0] is out and np.isfinite(out).all()
     with pytest.raises(ValueError, match="num_threads"):
         Model(aso, num_threads=0)
+    monkeypatch.chdir(os.path.dirname(aso))   # a bare file name is the file here, not a library on the search path
+    assert Model(os.path.basename(aso)).run([x])[0].shape == (1, 10)
     model.close()
     with pytest.raises(RuntimeError, match="closed"):
         model.run([x])
