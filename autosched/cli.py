@@ -628,6 +628,7 @@ def add_compile(sub) -> None:
     comp.add_argument("-o", "--output", default=None, help="the artifact to write (default: MODEL.aso beside it)")
     comp.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                       help="an input shape the model leaves open, e.g. input_ids=1x128")
+    _add_winograd(comp)
     _add_base_model(comp)
     comp.set_defaults(fn=cmd_compile)
 
@@ -641,7 +642,7 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     try:
         compile_model(args.model, log_file=args.log_file, output=output, input_shapes=dict(args.input_shape),
-                      base_model=args.base_model)
+                      base_model=args.base_model, winograd=args.winograd)
     except (graph.UnsupportedModelError, ValueError) as err:
         raise UsageError(str(err)) from None
     except NoCCompiler as err:

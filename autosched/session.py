@@ -82,7 +82,8 @@ class InferenceSession:
             raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
         path = os.fspath(path)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"no model at {path!r} (expected an .onnx file or an artifact of `autosched compile`)")
+            raise FileNotFoundError(f"no model at {path!r} (expected an .onnx file or an artifact of "
+                                    "`autosched compile`)")
         if path.endswith(".onnx"):
             self._model = _ExecutorModel(path, log_file, num_threads, input_shapes)
         else:

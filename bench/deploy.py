@@ -88,7 +88,8 @@ def main(argv=None) -> int:
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of each timing repeat (default 0.3)")
     parser.add_argument("--output", default=None, help="the artifact (default: a temporary file)")
     parser.add_argument("--no-base-model", action="store_true",
-                        help="untuned tasks run default schedules, not zero-trial programs (a search of seconds a task)")
+                        help="untuned tasks run default schedules, not zero-trial programs (a search of "
+                             "seconds a task)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.model = args.model or "squeezenet"

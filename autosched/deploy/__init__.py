@@ -29,21 +29,21 @@ from .plan import plan_network, plan_header
 __all__ = ["compile", "compile_executor", "import_model", "NoCCompiler", "c_compiler"]
 
 
-def import_model(model, input_shapes: dict | None = None) -> tuple[PartitionedGraph, list[str]]:
-    """``model`` (a Graph, PartitionedGraph, onnx.ModelProto or .onnx path) partitioned, and
-    the names of its outputs (an ONNX model's own: its graph's output nodes are named by the
-    importer)."""
+def import_model(model, input_shapes: dict | None = None, winograd: bool = True) -> tuple[PartitionedGraph, list[str]]:
+    """``model`` (a Graph, PartitionedGraph, onnx.ModelProto or .onnx path) partitioned (as
+    ``graph.partition(winograd=)``: as it was tuned), and the names of its outputs (an ONNX
+    model's own: its graph's output nodes are named by the importer)."""
     if isinstance(model, PartitionedGraph):
         return model, [n.name for n in model.graph.outputs]
     if isinstance(model, Graph):
-        return partition(model), [n.name for n in model.outputs]
+        return partition(model, winograd=winograd), [n.name for n in model.outputs]
     is_path = isinstance(model, (str, os.PathLike))
     if (is_path and str(model).endswith(".onnx")) or type(model).__name__ == "ModelProto":
         from ..graph.onnx import from_onnx, load_model
         proto = load_model(str(model) if is_path else model)
         name = proto.graph.name or (os.path.splitext(os.path.basename(str(model)))[0] if is_path else "onnx_model")
         graph = from_onnx(proto, dict(input_shapes or {}), name=name)
-        return partition(graph), [o.name for o in proto.graph.output]
+        return partition(graph, winograd=winograd), [o.name for o in proto.graph.output]
     raise TypeError(f"expected a Graph, a PartitionedGraph, an onnx.ModelProto or the path of an .onnx file; "
                     f"got {model!r}")
 
@@ -87,16 +87,17 @@ def _manifest(executor: GraphExecutor, plan, output_names, log_file, build_id: b
     }
 
 
-def compile(model, log_file=None, output=None, input_shapes: dict | None = None, base_model="default") -> str:
+def compile(model, log_file=None, output=None, input_shapes: dict | None = None, base_model="default",
+            winograd: bool = True) -> str:
     """Compile ``model`` (a Graph, PartitionedGraph, onnx.ModelProto or .onnx path; open
     input dimensions fixed by ``input_shapes``) with the best programs of ``log_file`` (tasks
     without one get their zero-trial program, said in the manifest; ``base_model`` as for
-    ``GraphExecutor``) into the artifact ``output`` (default: the model's name + ".aso");
-    returns its path."""
+    ``GraphExecutor``; ``winograd`` as ``graph.partition``, as the model was tuned) into the
+    artifact ``output`` (default: the model's name + ".aso"); returns its path."""
     c_compiler()   # before any work: say at once that there is no linker
     if log_file is not None and not os.path.isfile(log_file):
         raise FileNotFoundError(f"no tuning log at {log_file!r}")
-    part, output_names = import_model(model, input_shapes)
+    part, output_names = import_model(model, input_shapes, winograd)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UntunedWorkloadWarning)   # the manifest says which
         executor = GraphExecutor(part, log_file=log_file, base_model=base_model)

@@ -63,7 +63,8 @@ def input_arrays(infos: list[TensorInfo], inputs) -> list[np.ndarray]:
         absent = [n for n in names if n not in inputs]
         if unknown or absent:
             raise ValueError(f"the model's inputs are {names}; got {sorted(inputs)}"
-                             + (f" (missing {absent})" if absent else "") + (f" (unknown {unknown})" if unknown else ""))
+                             + (f" (missing {absent})" if absent else "")
+                             + (f" (unknown {unknown})" if unknown else ""))
         inputs = [inputs[n] for n in names]
     inputs = list(inputs)
     if len(inputs) != len(infos):
@@ -103,7 +104,10 @@ class Model:
             self._lib = ctypes.CDLL(path)
         except OSError as err:
             raise artifact.ArtifactError(f"{path!r}: the dynamic loader cannot load its library: {err}") from None
-        self._bind()
+        try:
+            self._bind()
+        except AttributeError as err:   # a library with a trailer, but not an artifact's
+            raise artifact.ArtifactError(f"{path!r} has no autosched entry points ({err})") from None
         handle = self._lib.autosched_model_load(path.encode())
         if not handle:
             raise artifact.ArtifactError(self._lib.autosched_last_error().decode())
