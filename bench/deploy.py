@@ -10,8 +10,9 @@ artifact (``autosched.deploy.compile_executor``: the same programs, calls and me
 A fresh interpreter imports ``autosched.runtime`` alone, loads the artifact and runs it once
 (the load and the first call, whose weights come from the page cache). In this process the
 artifact, the in-tuner executor, onnxruntime and OpenVINO (CPU, f32 precision hint) run on
-``--threads`` threads, timed in turns (``--rounds`` rounds, the fastest of each kept); the
-outputs are checked against onnxruntime's. Goals: load under 1 s for ResNet-50, steady
+``--threads`` threads: the artifact and the executor in turns (``--rounds`` rounds, the fastest
+of each kept), then onnxruntime, then OpenVINO (whose idle threads would slow ours if they
+took turns with them); the outputs are checked against onnxruntime's. Goals: load under 1 s for ResNet-50, steady
 latency within 2 % of the in-tuner executor.
 """
 from __future__ import annotations
@@ -73,6 +74,12 @@ def openvino_runner(path: str, threads: int):
     return run, f"OpenVINO {ov.__version__.split('-')[0]}"
 
 
+def time_in_turns(runs: dict, args) -> dict:
+    """Label -> the fastest of ``args.rounds`` timings of each run, the runs timed in turns."""
+    return fastest_in_turns({label: (lambda run=run: _time_callable(run, args.min_time, 3))
+                             for label, run in runs.items()}, args.rounds)
+
+
 def relative_error(got, want) -> float:
     return max(float(np.max(np.abs(g.astype(np.float64) - w))) / (float(np.max(np.abs(w))) or 1.0)
                for g, w in zip(got, want))
@@ -127,20 +134,23 @@ def main(argv=None) -> int:
 
         model = Model(path, num_threads=args.threads)
         inputs = [src.example[0].numpy()] if src.example else part.graph.random_inputs(0)
+        ours = {"artifact": lambda: model.run(inputs), "in-tuner executor": lambda: executor.run(*inputs)}
+        best = time_in_turns(ours, args)
+        # the other runtimes after ours: their idle threads spin (onnxruntime's, OpenVINO's TBB
+        # workers) and slowed whichever of ours ran next by up to 2x when all four took turns
         ort_run = B.onnxruntime_runner(src.path, args.threads)
-        want = ort_run(*inputs)
+        others = {f"onnxruntime {args.threads} threads": lambda: ort_run(*inputs)}
         ov_run, ov_what = openvino_runner(src.path, args.threads)
-        runs = {"artifact": lambda: model.run(inputs), "in-tuner executor": lambda: executor.run(*inputs),
-                f"onnxruntime {args.threads} threads": lambda: ort_run(*inputs)}
         if ov_run is not None:
-            runs[f"{ov_what} CPU f32, {args.threads} threads"] = lambda: ov_run(*inputs)
-        errors = {label: relative_error(run(), want) for label, run in runs.items()}
-        timers = {label: (lambda run=run: _time_callable(run, args.min_time, 3)) for label, run in runs.items()}
-        best = fastest_in_turns(timers, args.rounds)
+            others[f"{ov_what} CPU f32, {args.threads} threads"] = lambda: ov_run(*inputs)
+        for label, run in others.items():
+            best.update(time_in_turns({label: run}, args))
+        want = ort_run(*inputs)
+        errors = {label: relative_error(run(), want) for label, run in {**ours, **others}.items()}
         model.close()
 
     ours, executor_s = best["artifact"], best["in-tuner executor"]
-    say(f"# steady latency, fastest of {args.rounds} rounds in turns (outputs vs onnxruntime, max relative error):")
+    say(f"# steady latency, fastest of {args.rounds} rounds (outputs vs onnxruntime, max relative error):")
     for label, seconds in best.items():
         say(f"{label:>40}: {1e3 * seconds:9.3f} ms  artifact {seconds / ours:5.3f}x  (error {errors[label]:.1e})")
     say(f"# artifact vs in-tuner executor: {100 * (ours / executor_s - 1):+.2f} % (goal: within 2 %); load "

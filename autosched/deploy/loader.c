@@ -33,12 +33,17 @@ void omp_set_num_threads(int);
 
 enum { ASO_ARENA = 0, ASO_WEIGHTS = 1, ASO_SLOT = 2 };
 
+/* Memory of the model's own: from big_alloc, with the length to give back (0: malloc's). */
+typedef struct {
+    char *at;
+    size_t mapped;
+} aso_memory;
+
 struct autosched_model {
     pthread_mutex_t lock;
-    void *weights;          /* the mapping of the weights (NULL when there are none) */
-    size_t weights_bytes;
-    char *arena;
-    char *slots[ASO_N_SLOTS];
+    aso_memory weights;     /* read from the file, or mapped (AUTOSCHED_WEIGHTS=map) */
+    aso_memory arena;
+    aso_memory slots[ASO_N_SLOTS];
     void **argv_memory;     /* every call's argument vector, one after another */
     void **argvs[ASO_N_CALLS];
     int num_threads;
@@ -87,7 +92,64 @@ static void missing_cpu_flags(char *missing, size_t size) {
     }
 }
 
-/* Check the artifact at path (autosched.h) and that it is this library's; map its weights. */
+#define ASO_HUGE_PAGE ((size_t)2 << 20)
+
+/* bytes of memory, 64-byte aligned. From 4 MiB on (as numpy's large arrays, which the
+ * in-tuner executor uses) it is anonymous memory on 2 MiB boundaries that the kernel may back
+ * with huge pages: streaming ResNet-50's 100 MB of weights through 4 KiB pages costs a TLB
+ * miss a page, and made it run at half the executor's speed. */
+static aso_memory big_alloc(size_t bytes) {
+    aso_memory m = {NULL, 0};
+    if (bytes < 2 * ASO_HUGE_PAGE) {
+        m.at = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+        return m;
+    }
+    size_t keep = (bytes + ASO_HUGE_PAGE - 1) / ASO_HUGE_PAGE * ASO_HUGE_PAGE, len = keep + ASO_HUGE_PAGE;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return m;
+    char *at = (char *)(((uintptr_t)p + ASO_HUGE_PAGE - 1) & ~(uintptr_t)(ASO_HUGE_PAGE - 1));
+    if (at > p) munmap(p, (size_t)(at - p));
+    if (p + len > at + keep) munmap(at + keep, (size_t)(p + len - (at + keep)));
+    madvise(at, keep, MADV_HUGEPAGE);
+    m.at = at;
+    m.mapped = keep;
+    return m;
+}
+
+static void big_free(aso_memory m) {
+    if (m.mapped) munmap(m.at, m.mapped);
+    else free(m.at);
+}
+
+/* The weights of the artifact open as fd: read into memory of the model's own, or mapped
+ * from the file (AUTOSCHED_WEIGHTS=map: processes that load one artifact then share them,
+ * at the cost of 4 KiB pages). */
+static int load_weights(autosched_model *model, int fd, uint64_t offset, uint64_t bytes, const char *path) {
+    if (!bytes) return 0;
+    const char *how = getenv("AUTOSCHED_WEIGHTS");
+    if (how && strcmp(how, "map") == 0) {
+        void *at = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, (off_t)offset);
+        if (at == MAP_FAILED) { set_error("cannot map the weights of %s: %s", path, strerror(errno)); return -1; }
+        madvise(at, bytes, MADV_WILLNEED);
+        model->weights.at = at;
+        model->weights.mapped = bytes;
+        return 0;
+    }
+    model->weights = big_alloc(bytes);
+    if (!model->weights.at) { set_error("out of memory: the weights of %s take %llu bytes", path,
+                                        (unsigned long long)bytes); return -1; }
+    for (uint64_t done = 0; done < bytes;) {
+        ssize_t got = pread(fd, model->weights.at + done, bytes - done, (off_t)(offset + done));
+        if (got <= 0) {
+            set_error("cannot read the weights of %s: %s", path, got < 0 ? strerror(errno) : "the file is shorter");
+            return -1;
+        }
+        done += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* Check the artifact at path (autosched.h) and that it is this library's; load its weights. */
 static int map_weights(autosched_model *model, const char *path) {
     if (autosched_artifact_check(path, last_error, sizeof last_error) != 0) return -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -108,25 +170,10 @@ static int map_weights(autosched_model *model, const char *path) {
     } else if (w_bytes != ASO_WEIGHTS_BYTES || w_off % 4096 != 0) {
         set_error("%s is damaged: its weights are not where this library expects them", path);
     } else {
-        ok = 1;
-        model->weights_bytes = w_bytes;
-        if (w_bytes) {
-            model->weights = mmap(NULL, w_bytes, PROT_READ, MAP_PRIVATE, fd, (off_t)w_off);
-            if (model->weights == MAP_FAILED) {
-                model->weights = NULL;
-                set_error("cannot map the weights of %s: %s", path, strerror(errno));
-                ok = 0;
-            } else {
-                madvise(model->weights, w_bytes, MADV_WILLNEED);
-            }
-        }
+        ok = load_weights(model, fd, w_off, w_bytes, path) == 0;
     }
     close(fd);
     return ok ? 0 : -1;
-}
-
-static void *aligned_bytes(uint64_t n) {
-    return aligned_alloc(64, (n + 63) / 64 * 64 + 64);
 }
 
 autosched_model *autosched_model_load(const char *path) {
@@ -140,13 +187,13 @@ autosched_model *autosched_model_load(const char *path) {
     }
     autosched_model *model = calloc(1, sizeof *model);
     if (!model) { set_error("out of memory"); return NULL; }
-    if (map_weights(model, path) != 0) { free(model); return NULL; }
     pthread_mutex_init(&model->lock, NULL);
-    model->arena = aligned_bytes(ASO_ARENA_BYTES);
-    int failed = model->arena == NULL;
+    if (map_weights(model, path) != 0) { autosched_model_free(model); return NULL; }
+    model->arena = big_alloc(ASO_ARENA_BYTES);
+    int failed = model->arena.at == NULL;
     for (int s = 0; s < ASO_N_SLOTS; s++) {
-        model->slots[s] = aligned_bytes(ASO_SLOT_BYTES[s]);
-        failed |= model->slots[s] == NULL;
+        model->slots[s] = big_alloc(ASO_SLOT_BYTES[s]);
+        failed |= model->slots[s].at == NULL;
     }
     model->argv_memory = calloc(ASO_N_ARGS + 1, sizeof(void *));
     if (failed || !model->argv_memory) {
@@ -158,9 +205,9 @@ autosched_model *autosched_model_load(const char *path) {
         model->argvs[c] = model->argv_memory + ASO_CALL_ARGS[c];
         for (uint32_t a = ASO_CALL_ARGS[c]; a < ASO_CALL_ARGS[c + 1]; a++) {
             uint64_t at = ASO_ARG_AT[a];
-            model->argv_memory[a] = ASO_ARG_KIND[a] == ASO_ARENA ? (void *)(model->arena + at)
-                                  : ASO_ARG_KIND[a] == ASO_WEIGHTS ? (void *)((char *)model->weights + at)
-                                  : (void *)model->slots[at];
+            model->argv_memory[a] = ASO_ARG_KIND[a] == ASO_ARENA ? (void *)(model->arena.at + at)
+                                  : ASO_ARG_KIND[a] == ASO_WEIGHTS ? (void *)(model->weights.at + at)
+                                  : (void *)model->slots[at].at;
         }
     }
     return model;
@@ -168,9 +215,9 @@ autosched_model *autosched_model_load(const char *path) {
 
 void autosched_model_free(autosched_model *model) {
     if (!model) return;
-    if (model->weights) munmap(model->weights, model->weights_bytes);
-    free(model->arena);
-    for (int s = 0; s < ASO_N_SLOTS; s++) free(model->slots[s]);
+    big_free(model->weights);
+    big_free(model->arena);
+    for (int s = 0; s < ASO_N_SLOTS; s++) big_free(model->slots[s]);
     free(model->argv_memory);
     pthread_mutex_destroy(&model->lock);
     free(model);
@@ -189,7 +236,7 @@ int autosched_model_run(autosched_model *model, const void *const *inputs, void 
     }
     pthread_mutex_lock(&model->lock);
     for (int i = 0; i < ASO_N_INPUTS; i++)
-        memcpy(model->slots[ASO_INPUT_SLOT[i]], inputs[i], ASO_INPUTS[i].bytes);
+        memcpy(model->slots[ASO_INPUT_SLOT[i]].at, inputs[i], ASO_INPUTS[i].bytes);
     int previous = omp_get_max_threads();
     if (model->num_threads > 0) omp_set_num_threads(model->num_threads);
     int status = 0, c = 0;
@@ -203,7 +250,7 @@ int autosched_model_run(autosched_model *model, const void *const *inputs, void 
         set_error("kernel %d of the model (%s) failed: %s", c, ASO_CALL_NAMES[c], message ? message : "unknown error");
     } else {
         for (int o = 0; o < ASO_N_OUTPUTS; o++)
-            memcpy(outputs[o], model->slots[ASO_OUTPUT_SLOT[o]], ASO_OUTPUTS[o].bytes);
+            memcpy(outputs[o], model->slots[ASO_OUTPUT_SLOT[o]].at, ASO_OUTPUTS[o].bytes);
     }
     pthread_mutex_unlock(&model->lock);
     return status;
