@@ -394,3 +394,11 @@ def test_importing_autosched_is_lazy():
     done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=ROOT),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == autosched.__version__, done.stderr
+
+
+def test_weights_mapped_from_the_file_give_the_same_outputs(models, monkeypatch):
+    onnx_path, aso = models["small_cnn"]
+    feed = random_feed(onnx_path)
+    read = Model(aso).run(feed)[0]
+    monkeypatch.setenv("AUTOSCHED_WEIGHTS", "map")   # the loader reads it at load
+    np.testing.assert_array_equal(Model(aso).run(feed)[0], read)
