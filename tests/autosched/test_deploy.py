@@ -402,3 +402,21 @@ def test_weights_mapped_from_the_file_give_the_same_outputs(models, monkeypatch)
     read = Model(aso).run(feed)[0]
     monkeypatch.setenv("AUTOSCHED_WEIGHTS", "map")   # the loader reads it at load
     np.testing.assert_array_equal(Model(aso).run(feed)[0], read)
+
+
+def test_the_c_loader_checks_the_cpu_too(models, tmp_path, monkeypatch):
+    """A C program has no Python check: the library refuses a CPU without the extensions it
+    was compiled for (simulated: a flag this machine lacks added at compile time)."""
+    import ctypes
+
+    from autosched.runtime import cpu
+    real = cpu.required_flags
+    monkeypatch.setattr(cpu, "required_flags", lambda features: real(features) + ["amx_tile_simulated"])
+    aso = compile_model(models["small_cnn"][0], output=str(tmp_path / "amx.aso"), base_model=None)
+    with pytest.raises(ArtifactError, match="amx_tile_simulated"):
+        Model(aso)
+    lib = ctypes.CDLL(aso)
+    lib.autosched_model_load.restype = ctypes.c_void_p
+    lib.autosched_last_error.restype = ctypes.c_char_p
+    assert not lib.autosched_model_load(aso.encode())
+    assert b"lacks instruction-set extensions the model's code uses: amx_tile_simulated" in lib.autosched_last_error()
