@@ -420,3 +420,9 @@ def test_the_c_loader_checks_the_cpu_too(models, tmp_path, monkeypatch):
     lib.autosched_last_error.restype = ctypes.c_char_p
     assert not lib.autosched_model_load(aso.encode())
     assert b"lacks instruction-set extensions the model's code uses: amx_tile_simulated" in lib.autosched_last_error()
+
+
+def test_the_header_and_the_driver_are_package_data():
+    from tests.autosched.test_base_model import package_data
+    assert {"runtime/include/autosched.h", "deploy/loader.c"} <= set(package_data())
+    assert os.path.isfile(header_path())
