@@ -13,6 +13,7 @@ xgboost, networkx) until a name that needs it is asked for.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -35,7 +36,7 @@ _EXPORTS = {
     # deployment
     "compile": ".deploy", "InferenceSession": ".session",
 }
-#: subpackages reachable as attributes (``autosched.graph.partition``)
+#: the main subpackages (every submodule is reachable as an attribute: ``autosched.graph.partition``)
 _SUBMODULES = ("ops", "graph", "runtime", "deploy", "measure", "records", "networks", "workers", "cli")
 
 #: (``compile`` is public but not in ``__all__``: ``from autosched import *`` must not hide the builtin)
@@ -43,15 +44,15 @@ __all__ = ["__version__", *_SUBMODULES[:2], *(name for name in _EXPORTS if name 
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        module = importlib.import_module(f".{name}", __name__)
-    elif name in _EXPORTS:
+    if name in _EXPORTS:
         where = _EXPORTS[name]
-        module = getattr(importlib.import_module(where, __name__ if where.startswith(".") else None), name)
+        value = getattr(importlib.import_module(where, __name__ if where.startswith(".") else None), name)
+    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)   # any submodule, as an eager package had it
     else:
         raise AttributeError(f"module 'autosched' has no attribute {name!r}")
-    globals()[name] = module
-    return module
+    globals()[name] = value
+    return value
 
 
 def __dir__():
