@@ -634,7 +634,7 @@ def add_compile(sub) -> None:
 
 
 def cmd_compile(args) -> int:
-    from .deploy import NoCCompiler, compile as compile_model
+    from .deploy import LinkError, NoCCompiler, compile as compile_model
     from .runtime import read_manifest
     output = args.output or os.path.splitext(args.model)[0] + ".aso"
     if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
@@ -645,8 +645,9 @@ def cmd_compile(args) -> int:
                       base_model=args.base_model, winograd=args.winograd)
     except (graph.UnsupportedModelError, ValueError) as err:
         raise UsageError(str(err)) from None
-    except NoCCompiler as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+    except (NoCCompiler, LinkError) as err:   # the machine's toolchain: one line (the linker's first)
+        print(f"{PROG}: error: {str(err).splitlines()[0]}" + "".join(f" {line}" for line in str(err).splitlines()[1:2]),
+              file=sys.stderr)
         return SYSTEM_ERROR
     manifest = read_manifest(output)
     tasks = [t for t in manifest["tasks"] if t["task"]]

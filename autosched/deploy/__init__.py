@@ -23,10 +23,10 @@ from ..graph import GraphExecutor, PartitionedGraph, partition
 from ..graph.graph import Graph
 from ..records import HistoryBest, UntunedWorkloadWarning
 from ..runtime import artifact, cpu
-from .native import NoCCompiler, c_compiler, kernel_object, link
+from .native import LinkError, NoCCompiler, c_compiler, kernel_object, link
 from .plan import plan_network, plan_header
 
-__all__ = ["compile", "compile_executor", "import_model", "NoCCompiler", "c_compiler"]
+__all__ = ["compile", "compile_executor", "import_model", "NoCCompiler", "LinkError", "c_compiler"]
 
 
 def import_model(model, input_shapes: dict | None = None, winograd: bool = True) -> tuple[PartitionedGraph, list[str]]:

@@ -26,6 +26,10 @@ class NoCCompiler(RuntimeError):
     """No C compiler driver to link the artifact with."""
 
 
+class LinkError(RuntimeError):
+    """The C compiler driver failed to build the artifact's library (its message follows)."""
+
+
 def c_compiler() -> str:
     """The C compiler driver: $CC, else cc, gcc or clang on the PATH."""
     for name in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang")):
@@ -67,7 +71,7 @@ def link(objects: dict, plan_h: str, folder: str) -> bytes:
                LOADER_SOURCE, *[os.path.join(folder, n) for n in objects], "-o", out, "-lm"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"linking the artifact failed ({' '.join(command[:2])} ... exit {done.returncode}):\n"
+        raise LinkError(f"linking the artifact failed ({' '.join(command[:2])} ... exit {done.returncode}):\n"
                            f"{done.stderr.strip()[-4000:]}")
     with open(out, "rb") as f:
         return f.read()

@@ -361,11 +361,20 @@ def test_spin_policy_is_checked(monkeypatch):
         set_spin_policy("active")
 
 
-def test_compiling_without_a_c_compiler_says_so(models, monkeypatch):
+def test_compiling_without_a_c_compiler_says_so(models, monkeypatch, tmp_path, capsys):
+    from autosched.cli import main
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", "")
     with pytest.raises(NoCCompiler, match="C compiler driver"):
         compile_model(models["small_cnn"][0], output="never.aso", base_model=None)
+    out = str(tmp_path / "never.aso")
+    assert main(["compile", models["small_cnn"][0], "-o", out, "--no-base-model"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no $CC, cc, gcc or clang on the PATH" in err
+    monkeypatch.setenv("CC", shutil.which("false", path="/bin:/usr/bin"))   # a "compiler" that fails
+    assert main(["compile", models["small_cnn"][0], "-o", out, "--no-base-model"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "linking the artifact failed" in err and not os.path.exists(out)
 
 
 def test_command_line_compiles_and_runs_an_artifact(models, tmp_path, capsys):
