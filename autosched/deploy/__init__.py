@@ -53,7 +53,16 @@ def _tensors(nodes, names) -> list[dict]:
             for n, name in zip(nodes, names)]
 
 
-def _manifest(executor: GraphExecutor, plan, output_names, log_file, build_id: bytes, library: bytes) -> dict:
+def _cpu() -> dict:
+    """What the code compiled here needs of a CPU (the manifest's ``cpu``)."""
+    name, features = ir.runtime.host_cpu()
+    llvm_features = [f for f in features.split(",") if f.startswith("+")]
+    return {"arch": cpu.machine(), "name": name, "llvm_features": llvm_features,
+            "flags": cpu.required_flags(llvm_features)}
+
+
+def _manifest(executor: GraphExecutor, plan, output_names, log_file, build_id: bytes, library: bytes,
+              cpu_needs: dict) -> dict:
     part = executor.partitioned
     history = HistoryBest(log_file, ir.host_target()) if log_file is not None else None
     symbol_of = {id(k): s for s, k in plan.kernels.items()}
@@ -67,8 +76,6 @@ def _manifest(executor: GraphExecutor, plan, output_names, log_file, build_id: b
                       "program": how, "kernel": symbol_of.get(id(prog.kernel))})
         if prog.tuned and history is not None and w.workload_key in history.best:
             records.append(history.best[w.workload_key].to_dict())
-    name, features = ir.runtime.host_cpu()
-    llvm_features = [f for f in features.split(",") if f.startswith("+")]
     return {
         "format": artifact.FORMAT, "autosched_version": __version__, "model": part.name,
         "build_id": build_id.hex(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -77,13 +84,12 @@ def _manifest(executor: GraphExecutor, plan, output_names, log_file, build_id: b
         "arena": {"bytes": plan.arena_bytes, "without_reuse_bytes": executor.memory.naive_bytes,
                   "tensors": len(executor.memory.offsets)},
         "weights": {"bytes": len(plan.weights)},
-        "cpu": {"arch": cpu.machine(), "name": name, "llvm_features": llvm_features,
-                "flags": cpu.required_flags(llvm_features)},
+        "cpu": cpu_needs,
         "library": {"bytes": len(library), "crc32": zlib.crc32(library), "kernels": len(plan.kernels),
                     "calls": len(plan.calls)},
         "log_file": os.path.abspath(log_file) if log_file is not None else None,
         "tasks": tasks, "records": records,
-        "zero_trial_tasks": [t["desc"] for t in tasks if t["task"] and t["program"] != "tuned"],
+        "untuned_tasks": [t["desc"] for t in tasks if t["task"] and t["program"] != "tuned"],
     }
 
 
@@ -113,11 +119,11 @@ def compile_executor(executor: GraphExecutor, output=None, output_names=None, lo
     output_names = list(output_names or [n.name for n in executor.graph.outputs])
     plan = plan_network(executor)
     build_id = secrets.token_bytes(16)
-    name, features = ir.runtime.host_cpu()
-    flags = cpu.required_flags(features.split(","))
+    cpu_needs = _cpu()
     with tempfile.TemporaryDirectory(prefix="autosched-compile-") as folder:
         objects = {f"{s}.o": kernel_object(k, s) for s, k in plan.kernels.items()}
-        library = link(objects, plan_header(plan, executor.graph, output_names, build_id, name, flags), folder)
-    manifest = _manifest(executor, plan, output_names, log_file, build_id, library)
+        header = plan_header(plan, executor.graph, output_names, build_id, cpu_needs["name"], cpu_needs["flags"])
+        library = link(objects, header, folder)
+    manifest = _manifest(executor, plan, output_names, log_file, build_id, library, cpu_needs)
     artifact.write(output, library, bytes(plan.weights), manifest, build_id)
     return output

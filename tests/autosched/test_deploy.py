@@ -182,7 +182,7 @@ def test_zero_trial_programs_for_untuned_tasks_and_a_logs_records(tmp_path):
     m = read_manifest(zero)
     tasks = [t for t in m["tasks"] if t["task"]]
     assert {t["program"] for t in tasks} <= {"zero-trial", "default schedule"}
-    assert any(t["program"] == "zero-trial" for t in tasks) and len(m["zero_trial_tasks"]) == len(tasks)
+    assert any(t["program"] == "zero-trial" for t in tasks) and len(m["untuned_tasks"]) == len(tasks)
     assert_close(Model(zero).run(feed)[0], want)
     log = str(tmp_path / "log.json")
     tuned_task = _log_with_one_record(path, log)
@@ -190,7 +190,7 @@ def test_zero_trial_programs_for_untuned_tasks_and_a_logs_records(tmp_path):
     m = read_manifest(tuned)
     assert [r["workload_key"] for r in m["records"]] == [tuned_task.workload_key]
     assert [t["program"] for t in m["tasks"] if t["workload_key"] == tuned_task.workload_key] == ["tuned"]
-    assert len(m["zero_trial_tasks"]) == len(tasks) - 1
+    assert len(m["untuned_tasks"]) == len(tasks) - 1
     assert_close(Model(tuned).run(feed)[0], want)
 
 
