@@ -556,10 +556,12 @@ def cmd_tune_model(args) -> int:
 
 
 def add_run(sub) -> None:
-    run = sub.add_parser("run", help="run an ONNX model with its tuned programs (from a tuning log)")
-    run.add_argument("model", type=model_file, help="the .onnx file")
-    run.add_argument("--log-file", required=True,
-                     help="the tuning log of `autosched tune model.onnx --log-file` (read, never written)")
+    run = sub.add_parser("run", help="run an ONNX model with its tuned programs (from a tuning log), or a "
+                                     "compiled artifact (`autosched compile`)")
+    run.add_argument("model", type=model_or_artifact, help="the .onnx file, or an artifact (model.aso)")
+    run.add_argument("--log-file", default=None,
+                     help="the tuning log of `autosched tune model.onnx --log-file` (read, never written); "
+                          "required for an .onnx model, not for an artifact")
     run.add_argument("--input", action="append", default=[], type=existing_file("--input", ".npy input", MAX_INPUT_BYTES),
                      help=".npy file of an input (one per input, in order)")
     run.add_argument("--output", default=None, type=output_file,
@@ -567,6 +569,8 @@ def add_run(sub) -> None:
     run.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                      help="an input shape the model leaves open, e.g. input_ids=1x128")
     run.add_argument("--verify", action="store_true", help="check against onnxruntime and time both and PyTorch")
+    run.add_argument("--num-threads", type=count("--num-threads", 1), default=None,
+                     help="an artifact's OpenMP threads (default: one per core)")
     _add_winograd(run)
     _add_seed(run)
     _add_base_model(run)
@@ -631,36 +635,135 @@ def _write_outputs(path: str, names: list[str], outputs) -> None:
             np.savez(f, **dict(zip(keys, outputs)))
 
 
+def model_or_artifact(text: str) -> str:
+    """``run``'s model: an .onnx file or an artifact of ``compile`` (regular, bounded)."""
+    if not os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"no model file at {text!r} (an .onnx file, or an artifact of "
+                                         f"`{PROG} compile`)")
+    return _bounded("the model", text, "model", MAX_MODEL_BYTES)
+
+
+def _read_inputs(paths: list[str], specs, random_inputs) -> list[np.ndarray]:
+    """The arrays of the ``--input`` files (one per input of ``specs``, in order, each checked
+    against its input), else ``random_inputs()``."""
+    if not paths:
+        return random_inputs()
+    if len(paths) != len(specs):
+        raise UsageError(f"the model takes {len(specs)} inputs ({', '.join(s.name for s in specs)}), got "
+                         f"{len(paths)} --input files")
+    return [_load_input(f, spec) for f, spec in zip(paths, specs)]
+
+
+def _report_outputs(path: str | None, names: list[str], outputs) -> None:
+    for name, out in zip(names, outputs):
+        print(f"# output '{name}': shape {out.shape}, mean {float(out.mean()):.6g}")
+    if path:
+        _write_outputs(path, names, outputs)
+        print(f"# written to {path}")
+
+
 def cmd_run(args) -> int:
-    """``autosched run model.onnx --log-file F``: run a model with its tuned programs."""
+    """``autosched run model.onnx --log-file F``: run a model with its tuned programs;
+    ``autosched run model.aso``: run a compiled artifact."""
+    if not args.model.endswith(".onnx"):
+        return _run_artifact(args)
+    if args.log_file is None:
+        raise UsageError(f"running an .onnx model needs --log-file (the log of `{PROG} tune {args.model} "
+                         f"--log-file F`), or compile it first with `{PROG} compile`")
     _check_run_log(args.log_file, args.model)
     model = _import_model(args.model, args.input_shape)
     args.target.backend.require_device(args.target)
     _check_output(args.output, len(model.outputs))
     executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
                                    base_model=args.base_model, target=args.target)
-    if args.input:
-        if len(args.input) != len(model.inputs):
-            raise UsageError(f"the model takes {len(model.inputs)} inputs "
-                             f"({', '.join(i.name for i in model.inputs)}), got {len(args.input)} --input files")
-        inputs = [_load_input(f, spec) for f, spec in zip(args.input, model.inputs)]
-    else:
-        inputs = model.random_inputs(args.seed)
+    inputs = _read_inputs(args.input, model.inputs, lambda: model.random_inputs(args.seed))
+    if not args.input:
         print(f"# no --input: random inputs (seed {args.seed})")
     try:
         outputs = executor.run(*inputs)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    for node, out in zip(model.outputs, outputs):
-        print(f"# output '{node.name}': shape {out.shape}, mean {float(out.mean()):.6g}")
-    if args.output:
-        _write_outputs(args.output, [n.name for n in model.outputs], outputs)
-        print(f"# written to {args.output}")
+    _report_outputs(args.output, [n.name for n in model.outputs], outputs)
     latency = executor.benchmark(*inputs, repeat=5, min_repeat_ms=50)["median"]
     print(f"# {1e3 * latency:.3f} ms end to end ({len(executor.untuned)} of {len(executor.partitioned.tasks)} "
           "tasks untuned)")
     if args.verify:
         return 0 if _compare_with_baselines(args.model, args.input_shape, executor, inputs, outputs) else 1
+    return 0
+
+
+def _run_artifact(args) -> int:
+    """``autosched run model.aso``: load a compiled artifact with the runtime and run it."""
+    from .runtime import ArtifactError, Model
+    if args.log_file or args.input_shape or args.verify:
+        raise UsageError(f"{args.model!r} is a compiled artifact: its programs and shapes are in it "
+                         "(--log-file, --input-shape and --verify are for .onnx models)")
+    t0 = time.perf_counter()
+    try:
+        model = Model(args.model, num_threads=args.num_threads)
+    except ArtifactError as err:
+        raise UsageError(str(err)) from None
+    load = time.perf_counter() - t0
+
+    def random_inputs():
+        rng = np.random.default_rng(args.seed)
+        print(f"# no --input: random inputs (seed {args.seed})")
+        return [rng.standard_normal(i.shape).astype(i.dtype) if i.dtype.kind == "f"
+                else rng.integers(0, 2, size=i.shape).astype(i.dtype) for i in model.inputs]
+
+    _check_output(args.output, len(model.outputs))
+    inputs = _read_inputs(args.input, model.inputs, random_inputs)
+    try:
+        outputs = model.run(inputs)
+    except (TypeError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    _report_outputs(args.output, [o.name for o in model.outputs], outputs)
+    latency = _best_seconds(lambda: model.run(inputs), min_time=0.2)
+    print(f"# loaded in {1e3 * load:.1f} ms; {1e3 * latency:.3f} ms end to end")
+    return 0
+
+
+# compile ---------------------------------------------------------------------------------------
+
+def add_compile(sub) -> None:
+    comp = sub.add_parser("compile", help="compile an ONNX model with its tuned programs into one artifact "
+                                          "(a shared library, the weights, a manifest) for autosched.runtime or C")
+    comp.add_argument("model", type=model_file, help="the .onnx file")
+    comp.add_argument("--log-file", type=tuning_log, default=None,
+                      help="the tuning log (read, never written); without one every task runs its zero-trial "
+                           "program")
+    comp.add_argument("-o", "--output", default=None, help="the artifact to write (default: MODEL.aso beside it)")
+    comp.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
+                      help="an input shape the model leaves open, e.g. input_ids=1x128")
+    _add_winograd(comp)
+    _add_base_model(comp)
+    comp.set_defaults(fn=cmd_compile)
+
+
+def cmd_compile(args) -> int:
+    from .deploy import LinkError, NoCCompiler, compile as compile_model
+    from .runtime import read_manifest
+    output = args.output or os.path.splitext(args.model)[0] + ".aso"
+    if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise UsageError(f"-o {output!r}: the folder {os.path.dirname(output)!r} does not exist")
+    t0 = time.perf_counter()
+    try:
+        compile_model(args.model, log_file=args.log_file, output=output, input_shapes=dict(args.input_shape),
+                      base_model=args.base_model, winograd=args.winograd)
+    except (graph.UnsupportedModelError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    except (NoCCompiler, LinkError) as err:   # the machine's toolchain: one line (the linker's first)
+        print(f"{PROG}: error: {str(err).splitlines()[0]}" + "".join(f" {line}" for line in str(err).splitlines()[1:2]),
+              file=sys.stderr)
+        return SYSTEM_ERROR
+    manifest = read_manifest(output)
+    tasks = [t for t in manifest["tasks"] if t["task"]]
+    kinds = {k: sum(t["program"] == k for t in tasks) for k in ("tuned", "zero-trial", "default schedule")}
+    untuned = ", ".join(f"{n} {k}" for k, n in kinds.items() if n and k != "tuned")
+    print(f"# {output}: {os.path.getsize(output) / 2**20:.2f} MiB ({manifest['library']['kernels']} kernels, "
+          f"{manifest['weights']['bytes'] / 2**20:.2f} MiB of weights) in {time.perf_counter() - t0:.1f} s; "
+          f"{kinds['tuned']} of {len(tasks)} tasks tuned{f' ({untuned})' if untuned else ''}; "
+          f"for {manifest['cpu']['name']}")
     return 0
 
 
@@ -786,7 +889,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", default=False,
                         help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (add_list, add_build, add_tune, add_run, add_sketches, add_pretrain):
+    for add in (add_list, add_build, add_tune, add_run, add_compile, add_sketches, add_pretrain):
         add(sub)
     for command in sub.choices.values():   # (also after the subcommand: `autosched tune ... --debug`)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

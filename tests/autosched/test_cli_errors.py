@@ -85,7 +85,7 @@ def test_pretrain_into_a_folder_or_a_bad_name_is_one_line(tmp_path, capsys):
     (["tune", GMM, "--dask", "a b"], "expected a Dask scheduler address"),
     (["pretrain", "nolog.json", "-o", "m.json"], "no tuning log at 'nolog.json'"),
     (["pretrain", "--rounds", "0", "nolog.json", "-o", "m.json"], "--rounds must be >= 1, got 0"),
-    (["run", "nomodel.onnx", "--log-file", "x"], "no ONNX model file at 'nomodel.onnx'"),
+    (["run", "nomodel.onnx", "--log-file", "x"], "no model file at 'nomodel.onnx'"),
 ])
 def test_bad_values_of_the_other_commands_are_one_line(argv, message, capsys):
     assert message in one_line_error(capsys, run_main(argv))
