@@ -41,7 +41,7 @@ class _ExecutorModel:
 
         from .deploy import import_model
         from .graph import GraphExecutor
-        from .records import UntunedWorkloadWarning
+        from .history.records import UntunedWorkloadWarning
         if log_file is not None and not os.path.isfile(log_file):
             raise FileNotFoundError(f"no tuning log at {log_file!r}")
         part, output_names = import_model(path, input_shapes)

@@ -35,7 +35,7 @@ from common import _time_callable, bench_args, emit_json, fastest_in_turns  # no
 from autosched import graph as G  # noqa: E402
 from autosched.deploy import compile_executor, import_model  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
-from autosched.records import UntunedWorkloadWarning  # noqa: E402
+from autosched.history.records import UntunedWorkloadWarning  # noqa: E402
 from autosched.runtime import Model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

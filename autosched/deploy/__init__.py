@@ -21,7 +21,7 @@ import ir
 from .. import __version__
 from ..graph import GraphExecutor, PartitionedGraph, partition
 from ..graph.graph import Graph
-from ..records import HistoryBest, UntunedWorkloadWarning
+from ..history.records import HistoryBest, UntunedWorkloadWarning
 from ..runtime import artifact, cpu
 from .native import LinkError, NoCCompiler, c_compiler, kernel_object, link
 from .plan import plan_network, plan_header

@@ -169,8 +169,8 @@ def test_every_command_line_of_the_docs_parses(monkeypatch, tmp_path):
                 for line in block.splitlines() if line.startswith("autosched ")]
     assert len(commands) >= 15
     monkeypatch.chdir(tmp_path)  # the model files the examples name exist here
-    for word in {w for words in commands for w in words if w.endswith(".onnx")}:
-        (tmp_path / word).write_bytes(b"")
+    for word in {w for words in commands for w in words if w.endswith((".onnx", ".aso"))}:
+        (tmp_path / word).write_bytes(b"")   # (models and compiled artifacts)
     for words in commands:      # the logs `pretrain` and `run` read, `run`'s inputs
         if words[1] == "pretrain":
             for word in words[2:words.index("-o")]:

@@ -160,7 +160,7 @@ def _log_with_one_record(path, log):
     """A tuning log holding one record: the conv task's default schedule, as if measured."""
     from autosched.graph import default_schedule
     from autosched.measure import MeasureInput, MeasureResult
-    from autosched.records import TuningRecord, save_records
+    from autosched.history.records import TuningRecord, save_records
     part, _ = autosched.deploy.import_model(path)
     task = part.tasks[0].search_task(layout_rewrite=False)   # the first conv's
     state = default_schedule(task.dag)
