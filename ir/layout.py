@@ -15,6 +15,7 @@ import numpy as np
 
 from . import expr as E
 from .bounds import all_iter_bounds, expand_reads
+from .memo import IdentityMemo
 from .simplify import Simplifier, interval, structural_key
 
 #: give up when the packed layout would be this much larger than the original
@@ -123,12 +124,45 @@ def plan(state, tensor) -> LayoutPlan | None:
                       plan_forms, st.name)
 
 
+#: plans by what they are made of (``_made_of``): a search lowers thousands of programs of
+#: one sketch, and a mutation that leaves the constant's reader as it was (an unroll step,
+#: another stage's tiles) leaves its plan as it was
+_PLANS = IdentityMemo(20_000)
+
+
 def plan_all(state) -> dict[int, LayoutPlan]:
     """Plans for every constant placeholder of the DAG that can be rewritten (by op id)."""
     out = {}
     for t in state.dag.inputs:
         if getattr(t.op, "constant", False):
-            p = plan(state, t)
+            made_of = _made_of(state, t)
+            p = None if made_of is None else _PLANS.get(*made_of, lambda: plan(state, t))
             if p is not None:
                 out[id(t.op)] = p
     return out
+
+
+def _made_of(state, tensor):
+    """(objects, signature) of everything ``plan(state, tensor)`` reads, or None when the
+    tensor has no single direct reader (no plan): the loops and body of its reader and of
+    the stages it is computed inside (compared by identity; derived loops stand for their
+    operation, axes and root region, see ``ir.stage``), their locations, and the inlined
+    stages its reads may go through."""
+    readers = state.readers(state.stage_index(tensor.op))
+    stages = state.stages
+    if len(readers) != 1 or stages[readers[0]].compute_at == "inline":
+        return None
+    objects, signature = [tensor.op], []
+    at = readers[0]
+    while True:
+        st = stages[at]
+        objects += (st.loops, st.body)
+        signature.append((at, st.compute_at, st.attach))
+        if st.compute_at != "iter":
+            break
+        at = st.attach[0]
+    for i, st in enumerate(stages):
+        if st.compute_at == "inline":
+            objects += (st.op, st.body)
+            signature.append((i, "inline"))
+    return objects, tuple(signature)

@@ -20,7 +20,9 @@ from evolution import Crossover, FeatureExtractor
 from evolution.evolve import fewer_gc_passes
 from evolution.genes import sketch_length
 from evolution.mutation import MutationContext, cpu_mutations
-from ir import bounds, stage, steps
+from evolution import genes
+from evolution.genes import ReplayChains
+from ir import bounds, layout, stage, steps
 from ir.frozen import replace
 from ir.steps import CacheReadStep, CacheWriteStep, RfactorStep, SplitStep
 
@@ -58,6 +60,8 @@ def clear_shared_memos() -> None:
     stage._LOOP_MEMO.entries.clear()
     bounds._REGIONS.entries.clear()
     steps._SHARED.entries.clear()
+    layout._PLANS.entries.clear()
+    genes._CHAINS.clear()
 
 
 def replay_alone(dag, program_steps) -> ir.State:
@@ -87,6 +91,54 @@ def test_evolved_programs_print_split_and_score_as_replayed_alone(name):
         assert str(alone) == str(state)
         assert split_extents(alone) == split_extents(state)
         np.testing.assert_array_equal(FeatureExtractor().program(task, alone), rows)
+
+
+def _plan_fields(p) -> tuple | None:
+    if p is None:
+        return None
+    return ([str(a) for a in p.atoms], p.lows, p.shape, p.forms, p.stage_name, p.original_shape)
+
+
+@pytest.mark.parametrize("name", ["C2D-1x14x14x256x256-k3s1p1", "DEP-1x14x14x512-k3s2p1",
+                                  "CBR-1x28x28x128x256-k1s2p0"])
+def test_layout_plans_from_the_memo_are_the_plans_made_afresh(name):
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload(name).tensors), hardware=HW, desc=name)
+    clear_shared_memos()
+    programs = evolved_programs(task, 8, 30, seed=1)
+    constants = [t for t in task.dag.inputs if getattr(t.op, "constant", False)]
+    assert constants
+    memoised = [layout.plan_all(p) for p in programs + programs]  # the second pass hits the memo
+    assert sum(1 for p in memoised if p) > len(programs)  # plans were made (not all refused)
+    for state, plans in zip(programs + programs, memoised):
+        for t in constants:
+            assert _plan_fields(plans.get(id(t.op))) == _plan_fields(layout.plan(state, t))
+
+
+def test_a_child_replays_from_the_states_its_parent_went_through():
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("C2D-1x14x14x256x256-k3s1p1").tensors), hardware=HW)
+    sketches = SR.generate_sketches(task)
+    (program,) = SR.sample_programs(task, sketches, 1, np.random.default_rng(5))
+    chains = ReplayChains()
+    parent = chains.replay(task.dag, program.steps)
+    assert parent.key == program.key
+    at = next(i for i, s in enumerate(parent.steps) if isinstance(s, SplitStep) and s.lengths[0] > 1)
+    parent_states = chains._chains[id(parent)][1]
+    for state in parent_states:
+        state.stages  # even kept States settled since (replays never do) replay children alike
+    edited = list(parent.steps)
+    edited[at] = dataclasses.replace(edited[at], lengths=(1,) + edited[at].lengths[1:])
+    child = chains.replay(task.dag, edited, parent=parent)
+    alone = ir.State.from_steps(task.dag, edited)
+    assert child.key == alone.key and str(child) == str(alone)
+    child_states = chains._chains[id(child)][1]
+    assert all(a is b for a, b in zip(child_states[:at + 1], parent_states[:at + 1]))  # shared, not replayed
+    assert all(a is not b for a, b in zip(child_states[at + 1:], parent_states[at + 1:]))
+    np.testing.assert_array_equal(FeatureExtractor().program(task, child), FeatureExtractor().program(task, alone))
+    bad = list(parent.steps)
+    bad[at] = dataclasses.replace(bad[at], iter_id=99)
+    assert chains.replay(task.dag, bad, parent=parent) is None
+    with pytest.raises(ValueError, match="not the first of the steps"):
+        ir.State.from_steps(task.dag, edited[:at] + edited[at + 1:], start=child_states[at + 1])
 
 
 def test_the_workloads_cover_every_step_that_adds_a_stage():
