@@ -47,4 +47,4 @@ class Crossover:
                 if take_b[parent.raw_stages[step.stage_id].name] == use_b:
                     decisions.append((decision_phase(step, parent), step.stage_id, use_b, pos, step))
         decisions.sort(key=lambda d: d[:4])
-        return replay(a.dag, steps + [d[4] for d in decisions], parent=a)
+        return replay(a.dag, steps + [d[4] for d in decisions])

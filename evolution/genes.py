@@ -2,7 +2,6 @@
 steps and to tell the steps of the sketch from the random annotation's decisions."""
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Sequence
 
 import ir
@@ -10,63 +9,13 @@ from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeR
                       SplitStep, Step)
 
 
-class ReplayChains:
-    """The States a replay went through, per program it made (by identity; at most
-    ``limit`` programs, the oldest forgotten first), so that a child that keeps the first
-    ``k`` steps of its parent is replayed from its parent's State after step ``k``, and
-    pays only for the steps after it (a mutation edits one step; the steps before it are
-    often a third of the program)."""
-
-    def __init__(self, limit: int = 6144):
-        self.limit = limit
-        self._chains: OrderedDict = OrderedDict()  # id(program) -> (program, States after 0..n-1 steps)
-
-    def clear(self) -> None:
-        self._chains.clear()
-
-    def replay(self, dag, steps: Sequence[Step], parent: ir.State | None = None) -> ir.State | None:
-        """``ir.State.from_steps(dag, steps)`` (the same program), starting from the longest
-        prefix of ``steps`` that ``parent``'s replay went through; None if a step does not
-        apply."""
-        steps = tuple(steps)
-        chain = self._chains.get(id(parent)) if parent is not None else None
-        prefix: list = []
-        if chain is not None and chain[0] is parent:
-            shared = _common_prefix(parent.steps, steps)
-            prefix = list(chain[1][:min(shared, len(steps) - 1) + 1])
-        states = prefix or [ir.State.initial(dag)]
-
-        def keep(state):  # the step after may settle this State's regions: keep it as made
-            states.append(state.snapshot())
-
-        try:
-            child = ir.State.from_steps(dag, steps, start=states[-1], trace=keep)
-        except ir.InvalidStep:
-            return None
-        states.pop()  # the last is the program itself
-        self._chains[id(child)] = (child, tuple(states))
-        if len(self._chains) > self.limit:
-            self._chains.popitem(last=False)
-        return child
-
-
-def _common_prefix(a: tuple, b: tuple) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x is not y and x != y:
-            break
-        n += 1
-    return n
-
-
-_CHAINS = ReplayChains()
-
-
-def replay(dag, steps: Sequence[Step], parent: ir.State | None = None) -> ir.State | None:
+def replay(dag, steps: Sequence[Step]) -> ir.State | None:
     """``ir.State.from_steps(dag, steps)``, or None if a step does not apply (the edit
-    made the program invalid). With ``parent`` (the program the steps were edited from),
-    the steps it shares with the parent are not applied again (``ReplayChains``)."""
-    return _CHAINS.replay(dag, steps, parent)
+    made the program invalid)."""
+    try:
+        return ir.State.from_steps(dag, steps)
+    except ir.InvalidStep:
+        return None
 
 
 def with_step(state: ir.State, index: int, step: Step | None) -> ir.State | None:
@@ -76,7 +25,7 @@ def with_step(state: ir.State, index: int, step: Step | None) -> ir.State | None
         del steps[index]
     else:
         steps[index] = step
-    return replay(state.dag, steps, parent=state)
+    return replay(state.dag, steps)
 
 
 def split_parts(step: SplitStep) -> list[int] | None:

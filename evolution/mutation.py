@@ -132,7 +132,7 @@ def mutate_parallel(state: ir.State, rng: np.random.Generator) -> ir.State | Non
     fuse_at = at - 1 if at > 0 and isinstance(state.steps[at - 1], FuseStep) and \
         state.steps[at - 1].stage_id == ann.stage_id and state.steps[at - 1].iter_ids[0] == ann.iter_id else None
     old_n = len(state.steps[fuse_at].iter_ids) if fuse_at is not None else 1
-    before = replay(state.dag, state.steps[:fuse_at if fuse_at is not None else at], parent=state)
+    before = replay(state.dag, state.steps[:fuse_at if fuse_at is not None else at])
     if before is None:
         return None
     st = before.stages[ann.stage_id]
@@ -155,7 +155,7 @@ def mutate_parallel(state: ir.State, rng: np.random.Generator) -> ir.State | Non
     shift = old_n - new_n  # loops of this stage after the parallel one move by this
     for later in state.steps[at + 1:]:
         steps.append(_shift_iters(later, ann.stage_id, ann.iter_id + 1, shift))
-    return replay(state.dag, steps, parent=state)
+    return replay(state.dag, steps)
 
 
 def _shift_iters(step, stage_id: int, first: int, shift: int):
@@ -190,7 +190,7 @@ def mutate_compute_location(state: ir.State, rng: np.random.Generator, decisions
         return None
     index = candidates[int(rng.integers(len(candidates)))]
     step = steps[index]
-    before = replay(state.dag, steps[:index], parent=state)
+    before = replay(state.dag, steps[:index])
     if before is None:
         return None
     sid = step.stage_id

@@ -52,18 +52,12 @@ class State:
         return cached
 
     @classmethod
-    def from_steps(cls, dag, steps, start: "State | None" = None, trace=None) -> "State":
+    def from_steps(cls, dag, steps) -> "State":
         """The program that ``steps`` (``ir.steps.Step`` objects or their JSON records) make
         from the naive program of ``dag``, with its regions settled. Raises ``InvalidStep``
-        (and nothing else) when a step does not apply.
-
-        ``start``: a State made by the first ``len(start.steps)`` of ``steps`` (as a replay
-        left it, regions not yet settled: see ``snapshot``), from which only the rest are
-        applied; ``trace(state)`` is called with the State after every step applied."""
-        if start is not None and tuple(steps[:len(start.steps)]) != start.steps:
-            raise ValueError("from_steps: the start State's steps are not the first of the steps given")
-        state = cls.initial(dag) if start is None else start.snapshot()
-        for step in steps[len(state.steps):] if start is not None else steps:
+        (and nothing else) when a step does not apply."""
+        state = cls.initial(dag)
+        for step in steps:
             if not isinstance(step, S.Step):
                 try:
                     step = S.Step.from_record(step)
@@ -72,8 +66,6 @@ class State:
                 except LEAKS as err:
                     raise leaked(step, err) from err
             state = state.apply(step)
-            if trace is not None:
-                trace(state)
         try:
             state.stages  # an invalid attachment shows when the regions are inferred
         except InvalidStep:
@@ -81,12 +73,6 @@ class State:
         except LEAKS as err:
             raise leaked(state.steps[-1] if state.steps else "none", err) from err
         return state
-
-    def snapshot(self) -> "State":
-        """A copy of this State as it is now: settling the copy's regions (reading
-        ``stages``) leaves this one as it was, so that a replay can go on from it later and
-        make exactly what a replay from the naive program makes."""
-        return State(self.dag, self.raw_stages, self.steps, self.bounds_stale)
 
     @property
     def key(self) -> str:

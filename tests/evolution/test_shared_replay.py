@@ -20,8 +20,6 @@ from evolution import Crossover, FeatureExtractor
 from evolution.evolve import fewer_gc_passes
 from evolution.genes import sketch_length
 from evolution.mutation import MutationContext, cpu_mutations
-from evolution import genes
-from evolution.genes import ReplayChains
 from ir import bounds, layout, stage, steps
 from ir.frozen import replace
 from ir.steps import CacheReadStep, CacheWriteStep, RfactorStep, SplitStep
@@ -61,7 +59,6 @@ def clear_shared_memos() -> None:
     bounds._REGIONS.entries.clear()
     steps._SHARED.entries.clear()
     layout._PLANS.entries.clear()
-    genes._CHAINS.clear()
 
 
 def replay_alone(dag, program_steps) -> ir.State:
@@ -112,33 +109,6 @@ def test_layout_plans_from_the_memo_are_the_plans_made_afresh(name):
     for state, plans in zip(programs + programs, memoised):
         for t in constants:
             assert _plan_fields(plans.get(id(t.op))) == _plan_fields(layout.plan(state, t))
-
-
-def test_a_child_replays_from_the_states_its_parent_went_through():
-    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload("C2D-1x14x14x256x256-k3s1p1").tensors), hardware=HW)
-    sketches = SR.generate_sketches(task)
-    (program,) = SR.sample_programs(task, sketches, 1, np.random.default_rng(5))
-    chains = ReplayChains()
-    parent = chains.replay(task.dag, program.steps)
-    assert parent.key == program.key
-    at = next(i for i, s in enumerate(parent.steps) if isinstance(s, SplitStep) and s.lengths[0] > 1)
-    parent_states = chains._chains[id(parent)][1]
-    for state in parent_states:
-        state.stages  # even kept States settled since (replays never do) replay children alike
-    edited = list(parent.steps)
-    edited[at] = dataclasses.replace(edited[at], lengths=(1,) + edited[at].lengths[1:])
-    child = chains.replay(task.dag, edited, parent=parent)
-    alone = ir.State.from_steps(task.dag, edited)
-    assert child.key == alone.key and str(child) == str(alone)
-    child_states = chains._chains[id(child)][1]
-    assert all(a is b for a, b in zip(child_states[:at + 1], parent_states[:at + 1]))  # shared, not replayed
-    assert all(a is not b for a, b in zip(child_states[at + 1:], parent_states[at + 1:]))
-    np.testing.assert_array_equal(FeatureExtractor().program(task, child), FeatureExtractor().program(task, alone))
-    bad = list(parent.steps)
-    bad[at] = dataclasses.replace(bad[at], iter_id=99)
-    assert chains.replay(task.dag, bad, parent=parent) is None
-    with pytest.raises(ValueError, match="not the first of the steps"):
-        ir.State.from_steps(task.dag, edited[:at] + edited[at + 1:], start=child_states[at + 1])
 
 
 def test_the_workloads_cover_every_step_that_adds_a_stage():
