@@ -9,6 +9,8 @@ and re-timed in the same run, is ``bench/vs_metaschedule.py``.
                                                         # with the base model, the records database
                                                         # and from scratch
     python bench/tune_ops.py --round-time               # one search round vs measuring its batch
+    python bench/tune_ops.py --round-time --workloads C2D-1x14x14x256x256-k3s1p1 DEP-1x14x14x512-k3s2p1 \
+        GMM-1x512x512x512 NRM-1x1024x1024           # one round on each (PYTHONPATH: whose code)
 """
 from __future__ import annotations
 
@@ -364,10 +366,27 @@ def _plot(curves, title) -> None:
     print(f"plot: {path}")
 
 
-def round_time(args) -> list[dict]:
-    """One search round at full size (population 2048, 4 generations) on GMM-1024, once the
-    cost model is trained, beside the time to measure the batch it proposes."""
-    w = ops.suite_workload("GMM-1x1024x1024x1024")
+ROUND_TIME_WORKLOAD = "GMM-1x1024x1024x1024"
+
+
+def round_time(args, names) -> list[dict]:
+    """One search round at full size (population 2048, 4 generations) per workload (default
+    GMM-1024), once the cost model is trained, beside the time to measure the batch it
+    proposes. Run it with ``PYTHONPATH`` at another checkout to time that code's round."""
+    rows = []
+    for name in names:
+        search_s, measure_s, batch, islands = _one_round(args, name)
+        if not args.json_only:
+            print(f"one search round (population {args.population}, {args.generations} generations, "
+                  f"{islands} island(s), {name}): {search_s:.2f} s; measuring its batch of {batch}: "
+                  f"{measure_s:.1f} s")
+        rows.append(common.json_row(f"search round {name}", search_s=search_s, measure_s=measure_s, batch=batch,
+                                    population=args.population, generations=args.generations, islands=islands))
+    return rows
+
+
+def _one_round(args, name: str) -> tuple[float, float, int, int]:
+    w = ops.suite_workload(name)
     task = ir.SearchTask(ir.ComputeDAG(w.tensors))
     model = XGBoostModel(seed=args.seed)
     params = SearchParams(population=args.population, generations=args.generations, islands=args.islands)
@@ -388,12 +407,7 @@ def round_time(args) -> list[dict]:
         measurer.close()
         if pool is not None:
             pool.shutdown()
-    if not args.json_only:
-        print(f"\none search round (population {args.population}, {args.generations} generations, "
-              f"{params.n_islands(task.hardware.num_cores)} island(s), GMM-1024): "
-              f"{search_s:.1f} s; measuring its batch of {len(batch)}: {measure_s:.1f} s")
-    return [common.json_row("search round GMM-1024", search_s=search_s, measure_s=measure_s, batch=len(batch),
-                            population=args.population, generations=args.generations)]
+    return search_s, measure_s, len(batch), params.n_islands(task.hardware.num_cores)
 
 
 def main(argv=None) -> None:
@@ -418,7 +432,8 @@ def main(argv=None) -> None:
     parser.add_argument("--ablation-variants", nargs="+", choices=ABLATION_VARIANTS, default=list(ABLATION_VARIANTS),
                         metavar="VARIANT",
                         help=f"the ablation's variants (default all: {', '.join(ABLATION_VARIANTS)})")
-    parser.add_argument("--round-time", action="store_true", help="time one full search round")
+    parser.add_argument("--round-time", action="store_true",
+                        help="time one full search round per workload (--workloads; default GMM-1024)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.trials, args.batch, args.population, args.generations = 8, 4, 32, 1
@@ -429,7 +444,7 @@ def main(argv=None) -> None:
         os.makedirs(args.log_dir, exist_ok=True)
     rows = []
     if args.round_time:
-        rows += round_time(args)
+        rows += round_time(args, names if args.workloads else [ROUND_TIME_WORKLOAD])
     elif args.ablation:
         rows += ablation(args)
     elif args.target == "cuda":

@@ -59,6 +59,20 @@ def fewer_gc_passes(allocations: int = 10_000):
         gc.set_threshold(*threshold)
 
 
+class Draw:
+    """Draws an index with probabilities ``p`` (non-negative, summing to 1) exactly as
+    ``rng.choice(len(p), p=p)`` does (the same index from the same one uniform number),
+    with the cumulative distribution made once rather than at every draw: a generation
+    draws thousands of parents from one distribution."""
+
+    def __init__(self, p: np.ndarray):
+        self.cdf = np.cumsum(np.asarray(p, dtype=np.float64))
+        self.cdf /= self.cdf[-1]
+
+    def __call__(self, rng: np.random.Generator) -> int:
+        return int(self.cdf.searchsorted(rng.random(), side="right"))
+
+
 class Evolution:
     """Evolves populations of ``task``'s programs sampled from ``sketches``, scored by
     ``model``, with ``params`` (a ``SearchParams``) and the generator ``rng``.
@@ -114,12 +128,15 @@ class Evolution:
         for i, k in enumerate(sketch_of):
             if k is not None:
                 by_sketch.setdefault(k[0], []).append(i)
+        draw_parent = Draw(probs)
+        draw_mate = {k: Draw(probs[mates] / probs[mates].sum()) for k, mates in by_sketch.items()
+                     if probs[mates].sum() > 0}
         out: dict[str, ir.State] = {}
-        tries, n = 0, len(population)
+        tries = 0
         target = p.population
         while len(out) < target and tries < 3 * target:
             tries += 1
-            i = int(self.rng.choice(n, p=probs))
+            i = draw_parent(self.rng)
             if self.rng.random() < p.mutation_prob:
                 child = self._mutate(population[i], sketch_of[i], max_innermost)
             else:
@@ -127,8 +144,7 @@ class Evolution:
                 mates = by_sketch.get(k[0], []) if k is not None else []
                 if len(mates) < 2:
                     continue
-                w = probs[mates] / probs[mates].sum() if probs[mates].sum() > 0 else None
-                j = mates[int(self.rng.choice(len(mates), p=w))]
+                j = mates[draw_mate[k[0]](self.rng) if k[0] in draw_mate else int(self.rng.choice(len(mates)))]
                 child = self._guarded("crossover", self.crossover, population[i], population[j], self.rng)
             if child is not None and self.runs_on_target(child):
                 out.setdefault(child.key, child)

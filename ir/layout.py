@@ -15,6 +15,7 @@ import numpy as np
 
 from . import expr as E
 from .bounds import all_iter_bounds, expand_reads
+from .memo import IdentityMemo
 from .simplify import Simplifier, interval, structural_key
 
 #: give up when the packed layout would be this much larger than the original
@@ -54,6 +55,31 @@ class LayoutPlan:
         return np.ascontiguousarray(packed)
 
 
+#: reads by the stages' operations and bodies and which stages are inlined, all they depend
+#: on: the programs of one sketch share them whatever their loops
+_READS = IdentityMemo(20_000)
+
+
+def _the_read(state, tensor) -> tuple[int, tuple] | None:
+    """(index of the one stage that reads ``tensor``, the indices of its read, through
+    inlined stages), or None when several stages read it, or an inlined one, or one reads
+    it at different indices."""
+    stages = state.stages
+    sources = [tensor.op] + [x for st in stages for x in (st.op, st.body, st.axes)]
+    return _READS.get(sources, tuple(st.compute_at == "inline" for st in stages),
+                      lambda: _find_the_read(state, tensor))
+
+
+def _find_the_read(state, tensor) -> tuple[int, tuple] | None:
+    readers = state.readers(state.stage_index(tensor.op))
+    if len(readers) != 1 or state.stages[readers[0]].compute_at == "inline":
+        return None
+    reads = expand_reads(state, state.stages[readers[0]].body, tensor)
+    if len({tuple(structural_key(i) for i in r) for r in reads}) != 1:
+        return None
+    return readers[0], reads[0]
+
+
 def _loop_position(state, stage_idx: int) -> dict[int, int]:
     """Position of every loop variable on the path from the root to ``stage_idx``'s loops."""
     segments = [(stage_idx, None)]
@@ -72,23 +98,18 @@ def _loop_position(state, stage_idx: int) -> dict[int, int]:
 def plan(state, tensor) -> LayoutPlan | None:
     """A layout for constant ``tensor``, or None when its reads do not allow one (read by
     several stages, through inlined stages, with different indices, or too large)."""
-    readers = [i for i in state.readers(state.stage_index(tensor.op)) if state.stages[i].compute_at != "inline"]
-    all_readers = state.readers(state.stage_index(tensor.op))
-    if len(readers) != 1 or len(all_readers) != 1:
+    read = _the_read(state, tensor)
+    if read is None:
         return None
-    sidx = readers[0]
+    sidx, indices = read
     st = state.stages[sidx]
-    reads = expand_reads(state, st.body, tensor)
-    keys = {tuple(structural_key(i) for i in r) for r in reads}
-    if len(keys) != 1:
-        return None
     bounds = all_iter_bounds(state)
     simplify = Simplifier(bounds)
     mapping = dict(zip(st.all_axes, st.axis_values))
     positions = _loop_position(state, sidx)
     atoms: dict = {}
     forms = []
-    for index in reads[0]:
+    for index in indices:
         form = simplify.affine(simplify(E.substitute(index, mapping)))
         terms = []
         for key, (atom, coef) in form.terms.items():
@@ -123,12 +144,38 @@ def plan(state, tensor) -> LayoutPlan | None:
                       plan_forms, st.name)
 
 
+#: plans by what they are made of (``_made_of``): a search lowers thousands of programs of
+#: one sketch, and a mutation that leaves the constant's reader as it was (an unroll step,
+#: another stage's tiles) leaves its plan as it was
+_PLANS = IdentityMemo(20_000)
+
+
 def plan_all(state) -> dict[int, LayoutPlan]:
     """Plans for every constant placeholder of the DAG that can be rewritten (by op id)."""
     out = {}
     for t in state.dag.inputs:
         if getattr(t.op, "constant", False):
-            p = plan(state, t)
+            made_of = _made_of(state, t)
+            p = None if made_of is None else _PLANS.get(*made_of, lambda: plan(state, t))
             if p is not None:
                 out[id(t.op)] = p
     return out
+
+
+def _made_of(state, tensor):
+    """(objects, signature) of everything ``plan(state, tensor)`` reads, or None when the
+    tensor has no single direct reader (no plan): its read, the loops and body of its
+    reader and of the stages it is computed inside (compared by identity; derived loops
+    stand for their operation, axes and root region, see ``ir.stage``) and their locations."""
+    read = _the_read(state, tensor)
+    if read is None:
+        return None
+    objects, signature = [tensor.op, read], []
+    at = read[0]
+    while True:
+        st = state.stages[at]
+        objects += (st.loops, st.body)
+        signature.append((at, st.compute_at, st.attach))
+        if st.compute_at != "iter":
+            return objects, tuple(signature)
+        at = st.attach[0]

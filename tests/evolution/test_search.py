@@ -258,3 +258,19 @@ def test_the_first_round_of_a_task_the_model_ranks_unmeasured_is_a_small_probe()
     assert len(first) == PROBE_BATCH  # then the model learns from them before it picks the rest
     policy.update(first, [synthetic_cost(s) for s in first])
     assert len(policy.next_batch(4 * PROBE_BATCH)) == 4 * PROBE_BATCH
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_draw_picks_what_rng_choice_picks_from_the_same_stream(seed):
+    from evolution.evolve import Draw
+    shape = np.random.default_rng(seed)
+    n = int(shape.integers(1, 3000))
+    p = shape.random(n) ** 3
+    p[::5] = 0.0  # unfit programs are never drawn
+    p = p / p.sum() if seed else np.full(n, 1.0 / n)
+    ours, numpy_s = np.random.default_rng(seed), np.random.default_rng(seed)
+    draw = Draw(p)
+    picks = [draw(ours) for _ in range(300)]
+    assert picks == [int(numpy_s.choice(n, p=p)) for _ in range(300)]
+    assert ours.random() == numpy_s.random()  # one uniform number a draw, as rng.choice
+    assert all(p[i] > 0 for i in picks)

@@ -20,7 +20,7 @@ from evolution import Crossover, FeatureExtractor
 from evolution.evolve import fewer_gc_passes
 from evolution.genes import sketch_length
 from evolution.mutation import MutationContext, cpu_mutations
-from ir import bounds, stage, steps
+from ir import bounds, layout, stage, steps
 from ir.frozen import replace
 from ir.steps import CacheReadStep, CacheWriteStep, RfactorStep, SplitStep
 
@@ -58,6 +58,8 @@ def clear_shared_memos() -> None:
     stage._LOOP_MEMO.entries.clear()
     bounds._REGIONS.entries.clear()
     steps._SHARED.entries.clear()
+    layout._PLANS.entries.clear()
+    layout._READS.entries.clear()
 
 
 def replay_alone(dag, program_steps) -> ir.State:
@@ -87,6 +89,28 @@ def test_evolved_programs_print_split_and_score_as_replayed_alone(name):
         assert str(alone) == str(state)
         assert split_extents(alone) == split_extents(state)
         np.testing.assert_array_equal(FeatureExtractor().program(task, alone), rows)
+
+
+def _plan_fields(p) -> tuple | None:
+    if p is None:
+        return None
+    return ([str(a) for a in p.atoms], p.lows, p.shape, p.forms, p.stage_name, p.original_shape)
+
+
+@pytest.mark.parametrize("name", ["C2D-1x14x14x256x256-k3s1p1", "DEP-1x14x14x512-k3s2p1",
+                                  "CBR-1x28x28x128x256-k1s2p0"])
+def test_layout_plans_from_the_memo_are_the_plans_made_afresh(name):
+    task = ir.SearchTask(ir.ComputeDAG(ops.suite_workload(name).tensors), hardware=HW, desc=name)
+    clear_shared_memos()
+    programs = evolved_programs(task, 8, 30, seed=1)
+    constants = [t for t in task.dag.inputs if getattr(t.op, "constant", False)]
+    assert constants
+    memoised = [layout.plan_all(p) for p in programs + programs]  # the second pass hits the memo
+    assert sum(1 for p in memoised if p) > len(programs)  # plans were made (not all refused)
+    for state, plans in zip(programs + programs, memoised):
+        for t in constants:
+            layout._READS.entries.clear()  # the reference starts from cold memos
+            assert _plan_fields(plans.get(id(t.op))) == _plan_fields(layout.plan(state, t))
 
 
 def test_the_workloads_cover_every_step_that_adds_a_stage():
