@@ -164,7 +164,9 @@ def ort_family(op: str, shapes: list) -> str:
         if w[1] == 1 and w[0] == x[1]:      # NCHWc pads the channels of a depthwise filter too
             groups = x[1]
         return conv_family(x[1], groups, tuple(w[2:]), tuple(x[2:]))
-    if op in ("MatMul", "FusedMatMul", "Gemm", "MatMulNBits") and len(shapes) >= 2:
+    if op == "Gemm":
+        return "dense"
+    if op in ("MatMul", "FusedMatMul", "MatMulNBits") and len(shapes) >= 2:
         return matmul_family(shapes[1], False)
     if op in _ORT_FAMILIES:
         return _ORT_FAMILIES[op]
@@ -176,7 +178,7 @@ def ort_family(op: str, shapes: list) -> str:
 
 
 _OV_FAMILIES = {"MVN": "layer norm", "Softmax": "softmax", "SoftMax": "softmax", "Gelu": "GELU",
-                "HSwish": "hard-swish", "HSigmoid": SE, "Pooling": "pooling", "MaxPool": "pooling",
+                "HSwish": "hard-swish", "HSigmoid": SE, "HardSigmoid": SE, "Pooling": "pooling", "MaxPool": "pooling",
                 "AvgPool": "pooling", "Reorder": LAYOUT, "Transpose": LAYOUT, "ScaledDotProductAttention":
                 "batch-matmul/attention", "FullyConnected": "dense"}
 _OV_MOVES = {"Reshape", "Concatenation", "Concat", "Gather", "Split", "StridedSlice", "Broadcast", "Squeeze",
@@ -196,7 +198,7 @@ def ov_family(node_type: str, shapes: list) -> str:
         return _OV_FAMILIES[node_type]
     if node_type in ("ReduceMean", "Reduce"):
         return "global pooling" if shapes and len(shapes[0]) == 4 else "layer norm"
-    if node_type in ("Multiply", "Eltwise") and _is_se_scale(shapes):
+    if node_type in ("Multiply", "Eltwise", "Subgraph") and _is_se_scale(shapes):
         return SE
     return MOVE if node_type in _OV_MOVES else "elementwise"
 
