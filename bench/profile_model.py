@@ -15,9 +15,9 @@ per task; a cProfile of the searches that took longest says where the search tim
 the rest of the kernels run default schedules. Printed, all from one run:
 
 - every kernel call of our executor, timed alone with its own arguments: its family, where
-  its program came from (zero-trial or default), its milliseconds;
-- per family: ours, onnxruntime's (``SessionOptions.enable_profiling``, median per node over
-  the profiled runs) and OpenVINO's (``PERF_COUNT``, median per node), and the milliseconds
+  its program came from (zero-trial or default), its milliseconds (the fastest of its readings);
+- per family: ours, onnxruntime's (``SessionOptions.enable_profiling``, the fastest reading
+  per node over the profiled runs) and OpenVINO's (``PERF_COUNT``, likewise), and the milliseconds
   we lose to onnxruntime; a fused epilogue (bias, activation, residual add) counts with its
   anchor in every engine that fuses it;
 - end to end, timed in turns (ours, onnxruntime 2 threads, OpenVINO 2 threads f32), and the
@@ -36,7 +36,6 @@ import cProfile
 import json
 import os
 import pstats
-import statistics
 import sys
 import tempfile
 import time
@@ -315,16 +314,28 @@ def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, d
     return states, seconds
 
 
-def kernel_rows(executor, zero_trial: set, repeat: int) -> list[dict]:
-    """Every kernel call of ``executor`` timed alone with its own arguments."""
+def _kernel_ms(kernel, args, repeat: int) -> float:
+    """The fastest of ``repeat`` readings (on a shared machine a parallel region may wait a
+    whole time slice for its second thread)."""
+    return 1e3 * min(kernel.time(*args, number=1, repeat=repeat, min_repeat_ms=5).results)
+
+
+def kernel_rows(executor, zero_trial: set, repeat: int, defaults=None) -> list[dict]:
+    """Every kernel call of ``executor`` timed alone with its own arguments; with
+    ``defaults`` (the same network on default schedules), a zero-trial kernel's default
+    schedule too (``default_ms``: what the base model's pick gains or loses)."""
     executor.run(*executor.graph.random_inputs(0))
+    if defaults is not None:
+        defaults.run(*executor.graph.random_inputs(0))
     rows = []
-    for sg, kernel, args in executor.calls:
+    for k, (sg, kernel, args) in enumerate(executor.calls):
         key = sg.workload.workload_key
         origin = "tuned" if executor.programs[key].tuned else "zero-trial" if key in zero_trial else "default"
-        t = kernel.time(*args, number=1, repeat=repeat, min_repeat_ms=5).median
-        rows.append({"kernel": sg.workload.desc, "family": our_family(sg), "origin": origin, "ms": 1e3 * t,
-                     "workload_key": key, "task": sg.workload in executor.partitioned.tasks})
+        ms = _kernel_ms(kernel, args, repeat)
+        default_ms = _kernel_ms(*defaults.calls[k][1:], repeat) if defaults is not None and origin != "default" \
+            else ms
+        rows.append({"kernel": sg.workload.desc, "family": our_family(sg), "origin": origin, "ms": ms,
+                     "default_ms": default_ms, "workload_key": key, "task": sg.workload in executor.partitioned.tasks})
     return rows
 
 
@@ -357,10 +368,16 @@ def search_profile(part, model, keys: list, seed: int, params=None) -> tuple[dic
     stats = pstats.Stats(prof).stats
     groups: dict = collections.Counter()
     entries: dict = collections.Counter()
-    for (path, _line, func), (_cc, _nc, self_s, cum_s, _callers) in stats.items():
+
+    def group_of(path: str) -> str:
         path = path.replace(os.sep, "/")
-        group = next((g for g, parts in _PROFILE_GROUPS if any(p in path for p in parts)), "other")
-        groups[group] += self_s
+        return next((g for g, parts in _PROFILE_GROUPS if any(p in path for p in parts)), "other")
+    for (path, _line, func), (_cc, _nc, self_s, cum_s, callers) in stats.items():
+        if path == "~" and callers:     # a builtin: its time goes to its callers' groups
+            for (caller_path, _, _), caller in callers.items():
+                groups[group_of(caller_path)] += caller[2]
+        else:
+            groups[group_of(path)] += self_s
         for suffix, name in _ENTRY_POINTS:
             if path.endswith(suffix) and func == name:
                 entries[f"{suffix}:{name}"] = max(entries[f"{suffix}:{name}"], cum_s)
@@ -374,8 +391,8 @@ def _input_feed(session, inputs) -> dict:
 
 
 def onnxruntime_nodes(path: str, inputs, runs: int) -> list[dict]:
-    """onnxruntime's nodes with their median milliseconds over ``runs`` profiled runs (after
-    two warm-up runs), their operator and family."""
+    """onnxruntime's nodes with their fastest milliseconds over ``runs`` profiled runs (after
+    two warm-up runs; as our kernels), their operator and family."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
@@ -401,12 +418,12 @@ def onnxruntime_nodes(path: str, inputs, runs: int) -> list[dict]:
         shapes = [tuple(next(iter(s.values()))) for s in args.get("input_type_shape", [])]
         op = args.get("op_name", "?")
         rows.append({"node": name[:-len("_kernel_time")], "op": op, "family": ort_family(op, shapes),
-                     "ms": statistics.median(durs[-runs:]) / 1e3})
+                     "ms": min(durs[-runs:]) / 1e3})
     return rows
 
 
 def openvino_nodes(path: str, inputs, runs: int) -> list[dict] | None:
-    """OpenVINO's executed nodes with their median milliseconds over ``runs`` inferences
+    """OpenVINO's executed nodes with their fastest milliseconds over ``runs`` inferences
     (CPU, 2 threads, f32 precision, PERF_COUNT); None without openvino."""
     try:
         import openvino as ov
@@ -431,7 +448,7 @@ def openvino_nodes(path: str, inputs, runs: int) -> list[dict] | None:
                 times[p.node_name].append(p.real_time.total_seconds() * 1e3)
                 types[p.node_name] = p.node_type
     return [{"node": name, "op": types[name], "family": ov_family(types[name], shapes.get(name, [])),
-             "ms": statistics.median(ts)} for name, ts in times.items()]
+             "ms": min(ts)} for name, ts in times.items()]
 
 
 def openvino_runner(path: str):
@@ -475,10 +492,10 @@ def probe_task(part, workload, executor, kernels: dict, trials: int, seed: int) 
 
 # the report -----------------------------------------------------------------------------------------
 
-def by_family(rows) -> dict:
+def by_family(rows, column: str = "ms") -> dict:
     totals: dict = collections.Counter()
     for r in rows or []:
-        totals[r["family"]] += r["ms"]
+        totals[r["family"]] += r[column]
     return totals
 
 
@@ -517,7 +534,9 @@ def main(argv=None) -> int:
     graph = G.from_onnx(path)
     part = G.partition(graph)
     inputs = graph.random_inputs(args.seed)
-    say(f"# {name}: {path}\n# {graph.summary()}\n# {len(part.subgraphs)} subgraphs, {len(part.tasks)} tasks")
+    say(f"# {name}: {path}\n# {graph.summary()}\n# {len(part.subgraphs)} subgraphs, {len(part.tasks)} tasks\n"
+        f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f} "
+        "(a busy machine slows parallel regions most)")
     model = load_base_model("default")
     t0 = time.perf_counter()
     params = SMOKE_SEARCH if args.smoke else None
@@ -528,13 +547,14 @@ def main(argv=None) -> int:
         warnings.simplefilter("ignore")
         # zero-trial programs built as the executor builds its own (layout-rewritten); not tuned
         executor = G.GraphExecutor(part, states=states, warn_untuned=False, kernel_cache=kernels, base_model=None)
+        defaults = G.GraphExecutor(part, warn_untuned=False, kernel_cache=kernels, base_model=None)
     for key in states:
         executor.programs[key].tuned = False
     build_s = executor.build_seconds
     say(f"# zero-trial programs: {zero_s:.1f} s of search for {len(part.tasks)} tasks "
         f"({'no base model' if model is None else f'{len(states)} found'}); kernels compiled in {build_s:.1f} s")
 
-    ours_rows = kernel_rows(executor, set(states), args.repeat)
+    ours_rows = kernel_rows(executor, set(states), args.repeat, defaults)
     ort_rows = onnxruntime_nodes(path, inputs, args.runs)
     ov_rows = openvino_nodes(path, inputs, args.runs)
     ort_run = B.onnxruntime_runner(path, THREADS)
@@ -542,17 +562,19 @@ def main(argv=None) -> int:
     err = relative_error(executor.run(*inputs), ort_run(*inputs))
     e2e = fastest_in_turns({
         "ours": lambda: executor.benchmark(*inputs, repeat=args.repeat, min_repeat_ms=50)["median"],
+        "default": lambda: defaults.benchmark(*inputs, repeat=args.repeat, min_repeat_ms=50)["median"],
         "onnxruntime": lambda: B.seconds_per_call(lambda: ort_run(*inputs), repeat=args.repeat, min_repeat_ms=50),
         "openvino": (lambda: B.seconds_per_call(lambda: ov_run(*inputs), repeat=args.repeat, min_repeat_ms=50))
         if ov_run else lambda: None})
 
     say(f"\n# the {args.top} slowest of our {len(ours_rows)} kernel calls, each timed alone")
-    table = Table(["kernel", "family", "origin", "ms"], floatfmt="{:.3f}")
+    table = Table(["kernel", "family", "origin", "ms", "default schedule ms"], floatfmt="{:.3f}")
     for r in sorted(ours_rows, key=lambda r: -r["ms"])[:args.top]:
-        table.add(r["kernel"][:70], r["family"], r["origin"], r["ms"])
+        table.add(r["kernel"][:70], r["family"], r["origin"], r["ms"], r["default_ms"])
     say(table.render())
 
     ours_f, ort_f, ov_f = by_family(ours_rows), by_family(ort_rows), by_family(ov_rows)
+    default_f = by_family(ours_rows, "default_ms")
     origin_f = collections.defaultdict(collections.Counter)
     for r in ours_rows:
         origin_f[r["family"]][r["origin"]] += 1
@@ -561,28 +583,30 @@ def main(argv=None) -> int:
         if not (ours_f.get(fam) or ort_f.get(fam) or ov_f.get(fam)):
             continue
         ours_ms, ort_ms, ov_ms = ours_f.get(fam, 0.0), ort_f.get(fam, 0.0), ov_f.get(fam, 0.0) if ov_rows else None
-        fam_rows.append({"family": fam, "ours_ms": ours_ms, "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,
+        fam_rows.append({"family": fam, "ours_ms": ours_ms, "default_ms": default_f.get(fam, 0.0),
+                         "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,
                          "vs_onnxruntime": ort_ms / ours_ms if ours_ms else None, "lost_ms": ours_ms - ort_ms,
                          "kernels": sum(origin_f[fam].values()),
                          "origins": ", ".join(f"{n} {o}" for o, n in sorted(origin_f[fam].items()))})
     fam_rows.sort(key=lambda r: -r["lost_ms"])
     say("\n# per family (ms per run; a fused epilogue counts with its anchor); sorted by ms lost to onnxruntime")
-    table = Table(["family", "ours ms", "onnxruntime ms", "OpenVINO ms", "ort/ours", "lost ms", "our kernels"],
-                  floatfmt="{:.3f}")
+    table = Table(["family", "ours ms", "default schedules ms", "onnxruntime ms", "OpenVINO ms", "ort/ours",
+                   "lost ms", "our kernels"], floatfmt="{:.3f}")
     for r in fam_rows:
-        table.add(r["family"], r["ours_ms"], r["onnxruntime_ms"], r["openvino_ms"], r["vs_onnxruntime"],
-                  r["lost_ms"], f"{r['kernels']} ({r['origins']})")
+        table.add(r["family"], r["ours_ms"], r["default_ms"], r["onnxruntime_ms"], r["openvino_ms"],
+                  r["vs_onnxruntime"], r["lost_ms"], f"{r['kernels']} ({r['origins']})")
     kern_sum, ort_sum, ov_sum = sum(ours_f.values()), sum(ort_f.values()), sum(ov_f.values()) if ov_rows else None
-    table.add("sum", kern_sum, ort_sum, ov_sum, ort_sum / kern_sum if kern_sum else None, kern_sum - ort_sum,
-              str(len(ours_rows)))
+    default_sum = sum(default_f.values())
+    table.add("sum", kern_sum, default_sum, ort_sum, ov_sum, ort_sum / kern_sum if kern_sum else None,
+              kern_sum - ort_sum, str(len(ours_rows)))
     say(table.render())
 
-    ours_ms, ort_ms = 1e3 * e2e["ours"], 1e3 * e2e["onnxruntime"]
+    ours_ms, ort_ms, default_ms = 1e3 * e2e["ours"], 1e3 * e2e["onnxruntime"], 1e3 * e2e["default"]
     ov_ms = 1e3 * e2e["openvino"] if e2e["openvino"] is not None else None
     say(f"\n# end to end, timed in turns (fastest of 3): ours {ours_ms:.3f} ms, onnxruntime {ort_ms:.3f} ms "
         f"({ort_ms / ours_ms:.2f}x ours), OpenVINO {'-' if ov_ms is None else f'{ov_ms:.3f} ms'}"
         f"{'' if ov_ms is None else f' ({ov_ms / ours_ms:.2f}x ours)'}; outputs vs onnxruntime: "
-        f"max relative error {err:.1e}")
+        f"max relative error {err:.1e}; every kernel on its default schedule: {default_ms:.3f} ms")
     say(f"# executor overhead: end to end {ours_ms:.3f} ms against the sum of its kernels {kern_sum:.3f} ms "
         f"({ours_ms / kern_sum:.3f}x); onnxruntime end to end against its nodes' sum {ort_sum:.3f} ms "
         f"({ort_ms / ort_sum:.3f}x)")
@@ -623,6 +647,7 @@ def main(argv=None) -> int:
     rows.append({"workload": name, "latency_ms": ours_ms, "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,
                  "vs_onnxruntime": ort_ms / ours_ms, "vs_openvino": ov_ms / ours_ms if ov_ms else None,
                  "kernels_sum_ms": kern_sum, "e2e_over_kernels": ours_ms / kern_sum,
+                 "default_schedules_ms": default_ms, "default_schedules_kernels_sum_ms": default_sum,
                  "onnxruntime_nodes_sum_ms": ort_sum, "openvino_nodes_sum_ms": ov_sum,
                  "zero_trial_s": zero_s, "compile_s": build_s, "tasks": len(part.tasks),
                  "kernels": len(ours_rows), "max_rel_error": err, "search_profile": cprof, "probes": probes})
