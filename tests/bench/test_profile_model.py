@@ -65,9 +65,9 @@ def test_unknown_model_is_one_line_error(capsys):
     assert err.startswith("profile_model: unknown model 'no_such_net'") and "\n" not in err
 
 
-def test_smoke_run_sums_every_kernel_into_a_family(capsys, monkeypatch):
+def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, monkeypatch):
     monkeypatch.setenv("AUTOSCHED_BASE_MODEL", SHIPPED_MODEL)     # zero-trial programs, as users get them
-    assert P.main(["--smoke", "--json-only", "--cprofile-tasks", "1"]) == 0
+    assert P.main(["--smoke", "--json-only", "--cprofile-tasks", "1", "--probe-tasks", "1", "--probe-trials", "2"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["bench"] == "profile_model"
     *families, model = out["rows"]
@@ -80,4 +80,6 @@ def test_smoke_run_sums_every_kernel_into_a_family(capsys, monkeypatch):
     assert sum(f["onnxruntime_ms"] for f in families) == pytest.approx(model["onnxruntime_nodes_sum_ms"])
     assert all(f["onnxruntime_ms"] > 0 for f in families if f["family"] in ("conv 3x3", "dense", "softmax"))
     assert model["search_profile"]["tasks"] == 1 and model["search_profile"]["seconds"] > 0
+    probe, = model["probes"]
+    assert probe["trials"] == 2 and probe["zero_trial_ms"] > 0 and probe["best_measured_ms"] > 0
     assert model["zero_trial_s"] > 0 and model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
