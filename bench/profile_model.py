@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
+import ctypes
 import json
 import os
 import pstats
@@ -314,6 +316,18 @@ def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, d
     return states, seconds
 
 
+@contextlib.contextmanager
+def openmp_threads(n: int):
+    """Our kernels' parallel regions on ``n`` threads inside the block (libgomp's
+    ``omp_set_num_threads`` for the calling thread, which runs every kernel), then ``THREADS``."""
+    gomp = ctypes.CDLL("libgomp.so.1")      # the copy ``ir`` loaded (one per soname)
+    gomp.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        gomp.omp_set_num_threads(THREADS)
+
+
 def _kernel_ms(kernel, args, repeat: int) -> float:
     """The fastest of ``repeat`` readings (on a shared machine a parallel region may wait a
     whole time slice for its second thread)."""
@@ -321,9 +335,10 @@ def _kernel_ms(kernel, args, repeat: int) -> float:
 
 
 def kernel_rows(executor, zero_trial: set, repeat: int, defaults=None) -> list[dict]:
-    """Every kernel call of ``executor`` timed alone with its own arguments; with
-    ``defaults`` (the same network on default schedules), a zero-trial kernel's default
-    schedule too (``default_ms``: what the base model's pick gains or loses)."""
+    """Every kernel call of ``executor`` timed alone with its own arguments, on 2 threads and
+    on one (``one_thread_ms``: what its parallel regions gain or cost); with ``defaults``
+    (the same network on default schedules), a zero-trial kernel's default schedule too
+    (``default_ms``: what the base model's pick gains or loses)."""
     executor.run(*executor.graph.random_inputs(0))
     if defaults is not None:
         defaults.run(*executor.graph.random_inputs(0))
@@ -332,10 +347,12 @@ def kernel_rows(executor, zero_trial: set, repeat: int, defaults=None) -> list[d
         key = sg.workload.workload_key
         origin = "tuned" if executor.programs[key].tuned else "zero-trial" if key in zero_trial else "default"
         ms = _kernel_ms(kernel, args, repeat)
+        with openmp_threads(1):
+            one_thread_ms = _kernel_ms(kernel, args, repeat)
         default_ms = _kernel_ms(*defaults.calls[k][1:], repeat) if defaults is not None and origin != "default" \
             else ms
         rows.append({"kernel": sg.workload.desc, "family": our_family(sg), "origin": origin, "ms": ms,
-                     "default_ms": default_ms, "workload_key": key, "task": sg.workload in executor.partitioned.tasks})
+                     "one_thread_ms": one_thread_ms, "default_ms": default_ms, "workload_key": key, "task": sg.workload in executor.partitioned.tasks})
     return rows
 
 
@@ -492,6 +509,11 @@ def probe_task(part, workload, executor, kernels: dict, trials: int, seed: int) 
 
 # the report -----------------------------------------------------------------------------------------
 
+def one_thread(fn):
+    with openmp_threads(1):
+        return fn()
+
+
 def by_family(rows, column: str = "ms") -> dict:
     totals: dict = collections.Counter()
     for r in rows or []:
@@ -563,18 +585,20 @@ def main(argv=None) -> int:
     e2e = fastest_in_turns({
         "ours": lambda: executor.benchmark(*inputs, repeat=args.repeat, min_repeat_ms=50)["median"],
         "default": lambda: defaults.benchmark(*inputs, repeat=args.repeat, min_repeat_ms=50)["median"],
+        "one_thread": lambda: one_thread(lambda: executor.benchmark(*inputs, repeat=args.repeat,
+                                                                    min_repeat_ms=50)["median"]),
         "onnxruntime": lambda: B.seconds_per_call(lambda: ort_run(*inputs), repeat=args.repeat, min_repeat_ms=50),
         "openvino": (lambda: B.seconds_per_call(lambda: ov_run(*inputs), repeat=args.repeat, min_repeat_ms=50))
         if ov_run else lambda: None})
 
     say(f"\n# the {args.top} slowest of our {len(ours_rows)} kernel calls, each timed alone")
-    table = Table(["kernel", "family", "origin", "ms", "default schedule ms"], floatfmt="{:.3f}")
+    table = Table(["kernel", "family", "origin", "ms", "1 thread ms", "default schedule ms"], floatfmt="{:.3f}")
     for r in sorted(ours_rows, key=lambda r: -r["ms"])[:args.top]:
-        table.add(r["kernel"][:70], r["family"], r["origin"], r["ms"], r["default_ms"])
+        table.add(r["kernel"][:70], r["family"], r["origin"], r["ms"], r["one_thread_ms"], r["default_ms"])
     say(table.render())
 
     ours_f, ort_f, ov_f = by_family(ours_rows), by_family(ort_rows), by_family(ov_rows)
-    default_f = by_family(ours_rows, "default_ms")
+    default_f, one_f = by_family(ours_rows, "default_ms"), by_family(ours_rows, "one_thread_ms")
     origin_f = collections.defaultdict(collections.Counter)
     for r in ours_rows:
         origin_f[r["family"]][r["origin"]] += 1
@@ -583,30 +607,32 @@ def main(argv=None) -> int:
         if not (ours_f.get(fam) or ort_f.get(fam) or ov_f.get(fam)):
             continue
         ours_ms, ort_ms, ov_ms = ours_f.get(fam, 0.0), ort_f.get(fam, 0.0), ov_f.get(fam, 0.0) if ov_rows else None
-        fam_rows.append({"family": fam, "ours_ms": ours_ms, "default_ms": default_f.get(fam, 0.0),
+        fam_rows.append({"family": fam, "ours_ms": ours_ms, "one_thread_ms": one_f.get(fam, 0.0),
+                         "default_ms": default_f.get(fam, 0.0),
                          "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,
                          "vs_onnxruntime": ort_ms / ours_ms if ours_ms else None, "lost_ms": ours_ms - ort_ms,
                          "kernels": sum(origin_f[fam].values()),
                          "origins": ", ".join(f"{n} {o}" for o, n in sorted(origin_f[fam].items()))})
     fam_rows.sort(key=lambda r: -r["lost_ms"])
     say("\n# per family (ms per run; a fused epilogue counts with its anchor); sorted by ms lost to onnxruntime")
-    table = Table(["family", "ours ms", "default schedules ms", "onnxruntime ms", "OpenVINO ms", "ort/ours",
+    table = Table(["family", "ours ms", "1 thread", "default sched.", "onnxruntime ms", "OpenVINO ms", "ort/ours",
                    "lost ms", "our kernels"], floatfmt="{:.3f}")
     for r in fam_rows:
-        table.add(r["family"], r["ours_ms"], r["default_ms"], r["onnxruntime_ms"], r["openvino_ms"],
+        table.add(r["family"], r["ours_ms"], r["one_thread_ms"], r["default_ms"], r["onnxruntime_ms"], r["openvino_ms"],
                   r["vs_onnxruntime"], r["lost_ms"], f"{r['kernels']} ({r['origins']})")
     kern_sum, ort_sum, ov_sum = sum(ours_f.values()), sum(ort_f.values()), sum(ov_f.values()) if ov_rows else None
-    default_sum = sum(default_f.values())
-    table.add("sum", kern_sum, default_sum, ort_sum, ov_sum, ort_sum / kern_sum if kern_sum else None,
+    default_sum, one_sum = sum(default_f.values()), sum(one_f.values())
+    table.add("sum", kern_sum, one_sum, default_sum, ort_sum, ov_sum, ort_sum / kern_sum if kern_sum else None,
               kern_sum - ort_sum, str(len(ours_rows)))
     say(table.render())
 
     ours_ms, ort_ms, default_ms = 1e3 * e2e["ours"], 1e3 * e2e["onnxruntime"], 1e3 * e2e["default"]
+    one_ms = 1e3 * e2e["one_thread"]
     ov_ms = 1e3 * e2e["openvino"] if e2e["openvino"] is not None else None
     say(f"\n# end to end, timed in turns (fastest of 3): ours {ours_ms:.3f} ms, onnxruntime {ort_ms:.3f} ms "
         f"({ort_ms / ours_ms:.2f}x ours), OpenVINO {'-' if ov_ms is None else f'{ov_ms:.3f} ms'}"
         f"{'' if ov_ms is None else f' ({ov_ms / ours_ms:.2f}x ours)'}; outputs vs onnxruntime: "
-        f"max relative error {err:.1e}; every kernel on its default schedule: {default_ms:.3f} ms")
+        f"max relative error {err:.1e}; every kernel on its default schedule: {default_ms:.3f} ms; ours on one thread: {one_ms:.3f} ms")
     say(f"# executor overhead: end to end {ours_ms:.3f} ms against the sum of its kernels {kern_sum:.3f} ms "
         f"({ours_ms / kern_sum:.3f}x); onnxruntime end to end against its nodes' sum {ort_sum:.3f} ms "
         f"({ort_ms / ort_sum:.3f}x)")
@@ -647,7 +673,7 @@ def main(argv=None) -> int:
     rows.append({"workload": name, "latency_ms": ours_ms, "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,
                  "vs_onnxruntime": ort_ms / ours_ms, "vs_openvino": ov_ms / ours_ms if ov_ms else None,
                  "kernels_sum_ms": kern_sum, "e2e_over_kernels": ours_ms / kern_sum,
-                 "default_schedules_ms": default_ms, "default_schedules_kernels_sum_ms": default_sum,
+                 "default_schedules_ms": default_ms, "one_thread_ms": one_ms, "one_thread_kernels_sum_ms": one_sum, "default_schedules_kernels_sum_ms": default_sum,
                  "onnxruntime_nodes_sum_ms": ort_sum, "openvino_nodes_sum_ms": ov_sum,
                  "zero_trial_s": zero_s, "compile_s": build_s, "tasks": len(part.tasks),
                  "kernels": len(ours_rows), "max_rel_error": err, "search_profile": cprof, "probes": probes})
