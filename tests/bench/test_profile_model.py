@@ -83,3 +83,5 @@ def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, mon
     probe, = model["probes"]
     assert probe["trials"] == 2 and probe["zero_trial_ms"] > 0 and probe["best_measured_ms"] > 0
     assert model["zero_trial_s"] > 0 and model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
+    assert model["one_thread_ms"] > 0 and model["default_schedules_ms"] > 0
+    assert sum(f["one_thread_ms"] for f in families) == pytest.approx(model["one_thread_kernels_sum_ms"])
