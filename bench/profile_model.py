@@ -351,8 +351,12 @@ def kernel_rows(executor, zero_trial: set, repeat: int, defaults=None) -> list[d
             one_thread_ms = _kernel_ms(kernel, args, repeat)
         default_ms = _kernel_ms(*defaults.calls[k][1:], repeat) if defaults is not None and origin != "default" \
             else ms
+        steps = executor.programs[key].state.steps
+        regions = sum(getattr(step, "annotation", None) == "parallel" for step in steps)
         rows.append({"kernel": sg.workload.desc, "family": our_family(sg), "origin": origin, "ms": ms,
-                     "one_thread_ms": one_thread_ms, "default_ms": default_ms, "workload_key": key, "task": sg.workload in executor.partitioned.tasks})
+                     "parallel_loops": regions,
+                     "one_thread_ms": one_thread_ms, "default_ms": default_ms, "workload_key": key,
+                     "task": sg.workload in executor.partitioned.tasks})
     return rows
 
 
@@ -592,9 +596,11 @@ def main(argv=None) -> int:
         if ov_run else lambda: None})
 
     say(f"\n# the {args.top} slowest of our {len(ours_rows)} kernel calls, each timed alone")
-    table = Table(["kernel", "family", "origin", "ms", "1 thread ms", "default schedule ms"], floatfmt="{:.3f}")
+    table = Table(["kernel", "family", "origin", "parallel loops", "ms", "1 thread ms", "default schedule ms"],
+                  floatfmt="{:.3f}")
     for r in sorted(ours_rows, key=lambda r: -r["ms"])[:args.top]:
-        table.add(r["kernel"][:70], r["family"], r["origin"], r["ms"], r["one_thread_ms"], r["default_ms"])
+        table.add(r["kernel"][:70], r["family"], r["origin"], r["parallel_loops"], r["ms"], r["one_thread_ms"],
+                  r["default_ms"])
     say(table.render())
 
     ours_f, ort_f, ov_f = by_family(ours_rows), by_family(ort_rows), by_family(ov_rows)
@@ -632,7 +638,12 @@ def main(argv=None) -> int:
     say(f"\n# end to end, timed in turns (fastest of 3): ours {ours_ms:.3f} ms, onnxruntime {ort_ms:.3f} ms "
         f"({ort_ms / ours_ms:.2f}x ours), OpenVINO {'-' if ov_ms is None else f'{ov_ms:.3f} ms'}"
         f"{'' if ov_ms is None else f' ({ov_ms / ours_ms:.2f}x ours)'}; outputs vs onnxruntime: "
-        f"max relative error {err:.1e}; every kernel on its default schedule: {default_ms:.3f} ms; ours on one thread: {one_ms:.3f} ms")
+        f"max relative error {err:.1e}; every kernel on its default schedule: {default_ms:.3f} ms; "
+        f"ours on one thread: {one_ms:.3f} ms")
+    slower = [r for r in ours_rows if r["one_thread_ms"] < r["ms"]]
+    say(f"# parallel loops (each a parallel region per call): {sum(r['parallel_loops'] for r in ours_rows)} in "
+        f"{len(ours_rows)} kernel calls; kernels faster on one thread than on {THREADS}: {len(slower)}, "
+        f"{sum(r['ms'] - r['one_thread_ms'] for r in slower):.3f} ms lost in them")
     say(f"# executor overhead: end to end {ours_ms:.3f} ms against the sum of its kernels {kern_sum:.3f} ms "
         f"({ours_ms / kern_sum:.3f}x); onnxruntime end to end against its nodes' sum {ort_sum:.3f} ms "
         f"({ort_ms / ort_sum:.3f}x)")
@@ -673,7 +684,8 @@ def main(argv=None) -> int:
     rows.append({"workload": name, "latency_ms": ours_ms, "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,
                  "vs_onnxruntime": ort_ms / ours_ms, "vs_openvino": ov_ms / ours_ms if ov_ms else None,
                  "kernels_sum_ms": kern_sum, "e2e_over_kernels": ours_ms / kern_sum,
-                 "default_schedules_ms": default_ms, "one_thread_ms": one_ms, "one_thread_kernels_sum_ms": one_sum, "default_schedules_kernels_sum_ms": default_sum,
+                 "default_schedules_ms": default_ms, "one_thread_ms": one_ms, "one_thread_kernels_sum_ms": one_sum,
+                 "default_schedules_kernels_sum_ms": default_sum,
                  "onnxruntime_nodes_sum_ms": ort_sum, "openvino_nodes_sum_ms": ov_sum,
                  "zero_trial_s": zero_s, "compile_s": build_s, "tasks": len(part.tasks),
                  "kernels": len(ours_rows), "max_rel_error": err, "search_profile": cprof, "probes": probes})
