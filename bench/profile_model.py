@@ -49,6 +49,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Table, bench_args, emit_json, fastest_in_turns  # noqa: E402
 
 import autosched  # noqa: E402
+import ir  # noqa: E402
+from ir.steps import steps_from_json, steps_to_json  # noqa: E402
 from autosched import graph as G  # noqa: E402
 from autosched.base_model import load_base_model  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
@@ -405,6 +407,51 @@ def search_profile(part, model, keys: list, seed: int, params=None) -> tuple[dic
     return dict(groups), dict(entries), sum(groups.values())
 
 
+def search_phase(part, args, say) -> dict:
+    """The zero-trial search of every task, timed, and a cProfile of the slowest searches:
+    ``{"steps": {workload key: steps JSON}, "search_s", "zero_trial_s", "cprofile", ...}``."""
+    model = load_base_model("default")
+    params = SMOKE_SEARCH if args.smoke else None
+    t0 = time.perf_counter()
+    states, search_s = zero_trial_states(part, model, args.seed, say, params) if model is not None else ({}, {})
+    zero_s = time.perf_counter() - t0
+    cprof = None
+    if args.cprofile_tasks and search_s:
+        slow = sorted(search_s, key=lambda k: -search_s[k])[:args.cprofile_tasks]
+        groups, entries, total = search_profile(part, model, slow, args.seed, params)
+        cprof = {"tasks": len(slow), "seconds": total, "seconds_unprofiled": sum(search_s[k] for k in slow),
+                 "self_seconds": groups, "cumulative_seconds": entries}
+    return {"model": part.name, "workloads": sorted(w.workload_key for w in part.tasks),
+            "base_model": model is not None, "steps": {k: steps_to_json(st.steps) for k, st in states.items()}, "search_s": search_s,
+            "zero_trial_s": zero_s, "cprofile": cprof, "searched_now": True}
+
+
+def load_search(path: str, part) -> dict | None:
+    """What ``search_phase`` wrote to ``path`` for these tasks; None if there is no such file
+    or it is another model's."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        search = json.load(f)
+    if search.get("workloads") != sorted(w.workload_key for w in part.tasks):
+        raise ValueError(f"{path} holds the zero-trial programs of another model; remove it or name another file")
+    search["searched_now"] = False
+    return search
+
+
+def print_search_profile(cprof: dict | None, say) -> None:
+    if not cprof:
+        return
+    total = cprof["seconds"]
+    say(f"\n# zero-trial search of the {cprof['tasks']} slowest tasks under cProfile ({total:.1f} s with the "
+        f"profiler; {cprof['seconds_unprofiled']:.1f} s without): self time by code")
+    for g, sec in sorted(cprof["self_seconds"].items(), key=lambda kv: -kv[1]):
+        say(f"  {g:<34} {sec:7.2f} s {100 * sec / total:5.1f}%")
+    say("# cumulative time of entry points (nested: features include lowering)")
+    for e, sec in sorted(cprof["cumulative_seconds"].items(), key=lambda kv: -kv[1]):
+        say(f"  {e:<42} {sec:7.2f} s {100 * sec / total:5.1f}%")
+
+
 # the baselines --------------------------------------------------------------------------------------
 
 def _input_feed(session, inputs) -> dict:
@@ -543,6 +590,12 @@ def main(argv=None) -> int:
     parser.add_argument("--probe-tasks", type=int, default=0,
                         help="the slowest kernels of the losing families searched with measured trials")
     parser.add_argument("--probe-trials", type=int, default=32)
+    parser.add_argument("--programs", default=None,
+                        help="a JSON file of the zero-trial programs (and the search's times): read if it exists "
+                             "(for this model), else written after the search")
+    parser.add_argument("--search-only", action="store_true",
+                        help="stop after the zero-trial search (with --programs: time the rest later, e.g. "
+                             "the search niced outside the heavy lock, the timings under it)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs, args.repeat, args.top = 3, 2, 5
@@ -563,11 +616,27 @@ def main(argv=None) -> int:
     say(f"# {name}: {path}\n# {graph.summary()}\n# {len(part.subgraphs)} subgraphs, {len(part.tasks)} tasks\n"
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f} "
         "(a busy machine slows parallel regions most)")
-    model = load_base_model("default")
-    t0 = time.perf_counter()
-    params = SMOKE_SEARCH if args.smoke else None
-    states, search_s = zero_trial_states(part, model, args.seed, say, params) if model is not None else ({}, {})
-    zero_s = time.perf_counter() - t0
+    try:
+        search = load_search(args.programs, part) if args.programs else None
+    except ValueError as err:
+        print(f"profile_model: {err}", file=sys.stderr)
+        return 2
+    if search is None:
+        search = search_phase(part, args, say)
+        if args.programs:       # whole or not at all: another run may be waiting to read it
+            with open(args.programs + ".part", "w") as f:
+                json.dump(search, f)
+            os.replace(args.programs + ".part", args.programs)
+    elif not search["base_model"]:
+        say("# (no base model when the programs were searched)")
+    zero_s = search["zero_trial_s"]
+    states = {w.workload_key: ir.State.from_steps(w.dag, steps_from_json(search["steps"][w.workload_key]))
+              for w in part.tasks if w.workload_key in search["steps"]}
+    if args.search_only:
+        print_search_profile(search["cprofile"], say)
+        emit_json("profile_model", [{"workload": name, "zero_trial_s": zero_s, "tasks": len(part.tasks),
+                                     "search_profile": search["cprofile"]}])
+        return 0
     kernels: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -577,8 +646,9 @@ def main(argv=None) -> int:
     for key in states:
         executor.programs[key].tuned = False
     build_s = executor.build_seconds
-    say(f"# zero-trial programs: {zero_s:.1f} s of search for {len(part.tasks)} tasks "
-        f"({'no base model' if model is None else f'{len(states)} found'}); kernels compiled in {build_s:.1f} s")
+    say(f"# zero-trial programs: {zero_s:.1f} s of search for {len(part.tasks)} tasks ({len(states)} found"
+        f"{'' if search['searched_now'] else ', searched earlier: ' + args.programs}); kernels compiled in "
+        f"{build_s:.1f} s")
 
     ours_rows = kernel_rows(executor, set(states), args.repeat, defaults)
     ort_rows = onnxruntime_nodes(path, inputs, args.runs)
@@ -648,18 +718,7 @@ def main(argv=None) -> int:
         f"({ours_ms / kern_sum:.3f}x); onnxruntime end to end against its nodes' sum {ort_sum:.3f} ms "
         f"({ort_ms / ort_sum:.3f}x)")
 
-    cprof = None
-    if args.cprofile_tasks and search_s:
-        slow = sorted(search_s, key=lambda k: -search_s[k])[:args.cprofile_tasks]
-        groups, entries, total = search_profile(part, model, slow, args.seed, params)
-        cprof = {"tasks": len(slow), "seconds": total, "self_seconds": groups, "cumulative_seconds": entries}
-        say(f"\n# zero-trial search of the {len(slow)} slowest tasks under cProfile ({total:.1f} s with the "
-            f"profiler; {sum(search_s[k] for k in slow):.1f} s without): self time by code")
-        for g, s in sorted(groups.items(), key=lambda kv: -kv[1]):
-            say(f"  {g:<34} {s:7.2f} s {100 * s / total:5.1f}%")
-        say("# cumulative time of entry points (nested: features include lowering)")
-        for e, s in sorted(entries.items(), key=lambda kv: -kv[1]):
-            say(f"  {e:<34} {s:7.2f} s {100 * s / total:5.1f}%")
+    print_search_profile(search["cprofile"], say)
 
     probes = []
     if args.probe_tasks:
@@ -688,7 +747,8 @@ def main(argv=None) -> int:
                  "default_schedules_kernels_sum_ms": default_sum,
                  "onnxruntime_nodes_sum_ms": ort_sum, "openvino_nodes_sum_ms": ov_sum,
                  "zero_trial_s": zero_s, "compile_s": build_s, "tasks": len(part.tasks),
-                 "kernels": len(ours_rows), "max_rel_error": err, "search_profile": cprof, "probes": probes})
+                 "kernels": len(ours_rows), "max_rel_error": err, "search_profile": search["cprofile"],
+                 "probes": probes})
     emit_json("profile_model", rows)
     return 0 if err <= 1e-3 else 1
 

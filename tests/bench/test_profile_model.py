@@ -65,9 +65,20 @@ def test_unknown_model_is_one_line_error(capsys):
     assert err.startswith("profile_model: unknown model 'no_such_net'") and "\n" not in err
 
 
-def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, monkeypatch):
+def test_programs_of_another_model_are_refused(capsys, tmp_path):
+    other = tmp_path / "programs.json"
+    other.write_text(json.dumps({"workloads": ["not-this-model"], "steps": {}}))
+    assert P.main(["--smoke", "--json-only", "--programs", str(other)]) == 2
+    assert "another model" in capsys.readouterr().err
+
+
+def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("AUTOSCHED_BASE_MODEL", SHIPPED_MODEL)     # zero-trial programs, as users get them
-    assert P.main(["--smoke", "--json-only", "--cprofile-tasks", "1", "--probe-tasks", "1", "--probe-trials", "2"]) == 0
+    programs = str(tmp_path / "programs.json")
+    assert P.main(["--smoke", "--json-only", "--cprofile-tasks", "1", "--programs", programs, "--search-only"]) == 0
+    searched = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"][0]
+    assert searched["tasks"] == 8 and searched["zero_trial_s"] > 0
+    assert P.main(["--smoke", "--json-only", "--programs", programs, "--probe-tasks", "1", "--probe-trials", "2"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["bench"] == "profile_model"
     *families, model = out["rows"]
@@ -82,6 +93,7 @@ def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, mon
     assert model["search_profile"]["tasks"] == 1 and model["search_profile"]["seconds"] > 0
     probe, = model["probes"]
     assert probe["trials"] == 2 and probe["zero_trial_ms"] > 0 and probe["best_measured_ms"] > 0
-    assert model["zero_trial_s"] > 0 and model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
+    assert model["zero_trial_s"] == searched["zero_trial_s"]       # read back, not searched again
+    assert model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
     assert model["one_thread_ms"] > 0 and model["default_schedules_ms"] > 0
     assert sum(f["one_thread_ms"] for f in families) == pytest.approx(model["one_thread_kernels_sum_ms"])
