@@ -422,7 +422,8 @@ def search_phase(part, args, say) -> dict:
         cprof = {"tasks": len(slow), "seconds": total, "seconds_unprofiled": sum(search_s[k] for k in slow),
                  "self_seconds": groups, "cumulative_seconds": entries}
     return {"model": part.name, "workloads": sorted(w.workload_key for w in part.tasks),
-            "base_model": model is not None, "steps": {k: steps_to_json(st.steps) for k, st in states.items()}, "search_s": search_s,
+            "base_model": model is not None, "steps": {k: steps_to_json(st.steps) for k, st in states.items()},
+            "search_s": search_s,
             "zero_trial_s": zero_s, "cprofile": cprof, "searched_now": True}
 
 
