@@ -5,6 +5,9 @@ onnxruntime's per-node profile and OpenVINO's performance counters, by operator 
     python bench/profile_model.py --model distilbert --probe-tasks 3 --probe-trials 32
     python bench/profile_model.py --model light_resnet50
     python bench/profile_model.py --smoke
+    # the search niced outside the heavy lock, the timings under it:
+    nice python bench/profile_model.py --model resnet50 --programs r50.json --search-only
+    flock /tmp/autosched-heavy.lock python bench/profile_model.py --model resnet50 --programs r50.json
 
 The model is exported as users export it: a torchvision classifier (random weights, seeded)
 or Hugging Face's ``DistilBertModel`` (default config, sequence 128) through
