@@ -1,0 +1,99 @@
+"""bench/profile_model.py: the operator families of the three engines, and a smoke run."""
+import json
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import profile_model as P  # noqa: E402
+
+from autosched import graph as G  # noqa: E402
+from autosched.base_model import SHIPPED_MODEL  # noqa: E402
+
+
+@pytest.mark.parametrize("channels, groups, kernel, spatial, family", [
+    (64, 1, (1, 1), (56, 56), "conv 1x1"),
+    (64, 1, (3, 3), (56, 56), "conv 3x3"),
+    (3, 1, (7, 7), (224, 224), "conv kxk"),
+    (96, 96, (7, 7), (56, 56), "conv depthwise"),
+    (128, 32, (3, 3), (28, 28), "conv grouped"),
+    (72, 1, (1, 1), (1, 1), P.SE),
+])
+def test_conv_family(channels, groups, kernel, spatial, family):
+    assert P.conv_family(channels, groups, kernel, spatial) == family
+
+
+def test_onnxruntime_families_from_its_profile_shapes():
+    # shapes as onnxruntime's NCHWc kernels report them: a depthwise filter's channels
+    # padded to the block (72 -> 80) on both sides
+    assert P.ort_family("Conv", [(1, 80, 56, 56), (80, 1, 5, 5), (80,)]) == "conv depthwise"
+    assert P.ort_family("Conv", [(1, 16, 112, 112), (64, 16, 1, 1), (64,)]) == "conv 1x1"
+    assert P.ort_family("Conv", [(1, 80, 1, 1), (32, 80, 1, 1)]) == P.SE
+    assert P.ort_family("Mul", [(1, 72, 1, 1), (1, 72, 28, 28)]) == P.SE
+    assert P.ort_family("Mul", [(1, 72, 28, 28), (1, 72, 28, 28)]) == "elementwise"
+    assert P.ort_family("MatMul", [(1, 128, 768), (768, 3072)]) == "dense"
+    assert P.ort_family("MatMul", [(1, 12, 128, 64), (1, 12, 64, 128)]) == "batch-matmul/attention"
+    assert P.ort_family("ReorderInput", [(1, 72, 28, 28)]) == P.LAYOUT
+    assert P.ort_family("GlobalAveragePool", [(1, 72, 28, 28)]) == "global pooling"
+
+
+def test_openvino_families_from_its_runtime_shapes():
+    assert P.ov_family("GroupConvolution", [(1, 72, 56, 56), (72, 1, 1, 5, 5)]) == "conv depthwise"
+    assert P.ov_family("GroupConvolution", [(1, 128, 28, 28), (32, 4, 4, 3, 3)]) == "conv grouped"
+    assert P.ov_family("Convolution", [(1, 3, 224, 224), (16, 3, 3, 3)]) == "conv 3x3"
+    assert P.ov_family("Reorder", [(1, 3, 224, 224)]) == P.LAYOUT
+    assert P.ov_family("MVN", [(1, 128, 768)]) == "layer norm"
+
+
+def test_our_families_of_the_smoke_model():
+    part = G.partition(G.from_onnx(P.smoke_model_path()))
+    families = {sg.name: P.our_family(sg) for sg in part.subgraphs}
+    assert families == {
+        "fused_transpose": P.LAYOUT, "fused_conv_bias_add_relu": "conv 3x3",
+        "fused_depthwise_conv2d": "conv depthwise", "fused_global_pool": "global pooling",
+        "fused_conv_hard_sigmoid_multiply": P.SE, "fused_conv_hard_swish": "conv 1x1",
+        "fused_reshape": P.MOVE, "fused_dense_bias_add": "dense", "fused_softmax": "softmax"}
+
+
+def test_unknown_model_is_one_line_error(capsys):
+    assert P.main(["--model", "no_such_net", "--json-only"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("profile_model: unknown model 'no_such_net'") and "\n" not in err
+
+
+def test_programs_of_another_model_are_refused(capsys, tmp_path):
+    other = tmp_path / "programs.json"
+    other.write_text(json.dumps({"workloads": ["not-this-model"], "steps": {}}))
+    assert P.main(["--smoke", "--json-only", "--programs", str(other)]) == 2
+    assert "another model" in capsys.readouterr().err
+
+
+def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("AUTOSCHED_BASE_MODEL", SHIPPED_MODEL)     # zero-trial programs, as users get them
+    programs = str(tmp_path / "programs.json")
+    assert P.main(["--smoke", "--json-only", "--cprofile-tasks", "1", "--programs", programs, "--search-only"]) == 0
+    searched = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"][0]
+    assert searched["tasks"] == 8 and searched["zero_trial_s"] > 0
+    assert P.main(["--smoke", "--json-only", "--programs", programs, "--probe-tasks", "1", "--probe-trials", "2"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["bench"] == "profile_model"
+    *families, model = out["rows"]
+    assert model["workload"] == "smoke_cnn" and model["max_rel_error"] < 1e-3
+    assert model["tasks"] == 8 and model["kernels"] == 9
+    assert all(f["origins"] == f"{f['kernels']} zero-trial" for f in families
+               if f["kernels"] and f["family"] != P.LAYOUT)
+    assert {"conv 3x3", "conv depthwise", P.SE, "conv 1x1", "dense", "softmax"} <= {f["family"] for f in families}
+    assert sum(f["ours_ms"] for f in families) == pytest.approx(model["kernels_sum_ms"])
+    assert sum(f["onnxruntime_ms"] for f in families) == pytest.approx(model["onnxruntime_nodes_sum_ms"])
+    assert all(f["onnxruntime_ms"] > 0 for f in families if f["family"] in ("conv 3x3", "dense", "softmax"))
+    assert model["search_profile"]["tasks"] == 1 and model["search_profile"]["seconds"] > 0
+    probe, = model["probes"]
+    assert probe["trials"] == 2 and probe["zero_trial_ms"] > 0 and probe["best_measured_ms"] > 0
+    assert model["zero_trial_s"] == searched["zero_trial_s"]       # read back, not searched again
+    assert model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
+    assert model["one_thread_ms"] > 0 and model["default_schedules_ms"] > 0
+    assert sum(f["one_thread_ms"] for f in families) == pytest.approx(model["one_thread_kernels_sum_ms"])
