@@ -55,11 +55,11 @@ import autosched  # noqa: E402
 import ir  # noqa: E402
 from ir.steps import steps_from_json, steps_to_json  # noqa: E402
 from autosched import graph as G  # noqa: E402
-from autosched.base_model import load_base_model  # noqa: E402
+from autosched.history.base_model import load_base_model  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
 from autosched.graph import onnx_zoo  # noqa: E402
 from autosched.graph.executor import default_schedule  # noqa: E402
-from autosched.zero_trial import zero_trial_program  # noqa: E402
+from autosched.history.zero_trial import zero_trial_program  # noqa: E402
 from evolution import SearchParams  # noqa: E402
 
 THREADS = 2
@@ -308,7 +308,7 @@ SMOKE_SEARCH = SearchParams(population=24, generations=1, init_min_population=8,
 
 def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, dict]:
     """The zero-trial program of every task (by workload key) and the seconds each search
-    took (``params``: the search's, default ``autosched.zero_trial.ZERO_TRIAL_PARAMS``)."""
+    took (``params``: the search's, default ``autosched.history.zero_trial.ZERO_TRIAL_PARAMS``)."""
     states, seconds = {}, {}
     for k, w in enumerate(part.tasks):
         t0 = time.perf_counter()

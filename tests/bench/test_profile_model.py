@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import profile_model as P  # noqa: E402
 
 from autosched import graph as G  # noqa: E402
-from autosched.base_model import SHIPPED_MODEL  # noqa: E402
+from autosched.history.base_model import SHIPPED_MODEL  # noqa: E402
 
 
 @pytest.mark.parametrize("channels, groups, kernel, spatial, family", [
