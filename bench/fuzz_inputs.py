@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import ir  # noqa: E402
-from ir.runtime import host_cpu  # noqa: E402
+from ir.cpu.runtime import host_cpu  # noqa: E402
 from autosched import cli, ops  # noqa: E402
 from autosched.history.records import TuningRecord  # noqa: E402
 
