@@ -142,14 +142,26 @@ def node_attributes(node) -> dict:
     return attrs
 
 
+#: operators never evaluated at import: their subgraphs may read names from the enclosing
+#: graph, and a Loop's trip count may be any int64 (10**12 iterations would never end)
+_NOT_FOLDED = ("Loop", "Scan", "If", "SequenceMap")
+
+
 def fold_node(node, inputs, opset: int) -> list:
     """The outputs of a node whose ``inputs`` are all known (arrays, None where omitted),
-    computed by ONNX's reference implementation."""
+    computed by ONNX's reference implementation of the node's operator at ``opset`` (the
+    node is wrapped in a function: a bare NodeProto is evaluated at the newest opset, whose
+    Unsqueeze takes its axes as an input, not as the attribute of opset 9)."""
+    from onnx import helper
     from onnx.reference import ReferenceEvaluator
+    if node.op_type in _NOT_FOLDED:
+        raise Unsupported("control flow is not supported")
+    function = helper.make_function("autosched.fold", "fold", list(node.input), list(node.output), [node],
+                                    [helper.make_opsetid("", opset)])
     try:
-        evaluator = ReferenceEvaluator(node, opsets={"": opset})
+        evaluator = ReferenceEvaluator(function)
         feeds = {i: v for i, v in zip(node.input, inputs) if i}
-        return list(evaluator.run(None, feeds))
+        return list(evaluator.run(None, feeds, attributes={}))
     except Exception as err:  # noqa: BLE001 - any failure means we cannot fold it
         raise Unsupported(f"constant folding failed ({type(err).__name__}: {str(err)[:120]})") from None
 

@@ -404,7 +404,7 @@ def test_opset_outside_the_supported_range():
 
 # the model zoo's light models -------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "densenet121", "inception_v2"])
 def test_light_models_match_onnxruntime(name):
     """The real architectures in the onnx wheel, weights made random (their ConstantOfShape
     weights are all 0.02, which would hide layout mistakes), default schedules, vs onnxruntime."""
@@ -466,3 +466,14 @@ def test_command_line_tunes_and_runs_a_model(tmp_path, monkeypatch, capsys, pool
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     assert main(["run", str(path), "--log-file", str(tmp_path / "missing.json")]) == 2
     assert "no tuning log" in capsys.readouterr().err
+
+
+def test_constant_folding_honours_the_opset():
+    """Opset 9's attribute forms (Unsqueeze axes, Slice starts/ends, Split split) on constants
+    fold with the opset-9 implementations (the newest opset's would reject the attributes)."""
+    nodes = [helper.make_node("Unsqueeze", ["c"], ["cu"], axes=[0, 2]),                 # (1, 6, 1)
+             helper.make_node("Slice", ["cu"], ["cs"], starts=[1], ends=[5], axes=[1]),   # (1, 4, 1)
+             helper.make_node("Split", ["cs"], ["c1", "c2"], axis=1, split=[1, 3]),
+             helper.make_node("Mul", ["x", "c2"], ["y"])]
+    model = make_model(nodes, {"x": (2, 3, 5)}, ["y"], {"c": w(6)}, opset=9)
+    check(model)
