@@ -477,3 +477,11 @@ def test_constant_folding_honours_the_opset():
              helper.make_node("Mul", ["x", "c2"], ["y"])]
     model = make_model(nodes, {"x": (2, 3, 5)}, ["y"], {"c": w(6)}, opset=9)
     check(model)
+
+
+def test_pad_of_nothing_between_operators_partitions():
+    """swin_t's exporter writes Pads of zero widths after a layer norm; the pad is no
+    operator, so its fused group does not end in its own input (ComputeDAG refused that)."""
+    nodes = [helper.make_node("Softmax", ["x"], ["r"]),
+             helper.make_node("Pad", ["r", "pads"], ["y"])]
+    check(make_model(nodes, {"x": (1, 4, 4, 3)}, ["y"], {"pads": i64(*[0] * 8)}, opset=17))
