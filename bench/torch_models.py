@@ -67,33 +67,56 @@ def torchvision_model(name: str, seed: int = 0):
     return module, (torch.randn(1, 3, size, size),)
 
 
+def _last_hidden_state_module():
+    import torch
+
+    class LastHiddenState(torch.nn.Module):
+        """A Hugging Face model called with one positional input, returning its last hidden
+        state as one tensor (exporters trip over the models' keyword arguments and outputs)."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x).last_hidden_state
+
+    return LastHiddenState
+
+
+def _LastHiddenState(model):
+    return _last_hidden_state_module()(model)
+
+
 def transformers_model(name: str, tiny: bool = False, sequence: int = 128, seed: int = 0):
     """(module in eval mode with random weights, example inputs) of a Hugging Face model:
     default configuration (or ``TINY_CONFIGS``), batch 1, ``sequence`` tokens (ViT: an image)."""
     import torch
+    import_torchvision()          # transformers imports torchvision where it is installed
     import transformers
     if name not in TRANSFORMERS:
         raise ValueError(f"unknown transformers model {name!r}; expected one of {', '.join(TRANSFORMERS)}")
     config_class, model_class = (getattr(transformers, c) for c in TRANSFORMERS[name])
     config = config_class(**(TINY_CONFIGS[name] if tiny else {}))
     torch.manual_seed(seed)
-    module = model_class(config).eval()
+    module = _LastHiddenState(model_class(config)).eval()
     if name == "vit":
         return module, (torch.randn(1, 3, config.image_size, config.image_size),)
     generator = torch.Generator().manual_seed(seed)
     return module, (torch.randint(0, config.vocab_size, (1, sequence), generator=generator),)
 
 
-def export_onnx(module, example: tuple, exporter: str = "torchscript", opset: int = 17) -> bytes:
+def export_onnx(module, example: tuple, exporter: str = "torchscript", opset: int | None = None) -> bytes:
     """The ONNX bytes of ``module`` on ``example``: PyTorch's TorchScript exporter
-    (``dynamo=False``) or its dynamo exporter (``dynamo=True``), static shapes."""
+    (``dynamo=False``, opset 17 by default) or its dynamo exporter (``dynamo=True``, opset
+    18: asked for 17 it writes Splits with opset 18's ``num_outputs``), static shapes."""
     import torch
     if exporter not in ("torchscript", "dynamo"):
         raise ValueError(f"exporter {exporter!r}: expected 'torchscript' or 'dynamo'")
     buffer = io.BytesIO()
     with torch.no_grad():
         if exporter == "dynamo":
-            program = torch.onnx.export(module, example, dynamo=True, opset_version=opset, verbose=False)
+            program = torch.onnx.export(module, example, dynamo=True, opset_version=opset or 18, verbose=False)
             return program.model_proto.SerializeToString()
-        torch.onnx.export(module, example, buffer, opset_version=opset, dynamo=False)
+        torch.onnx.export(module, example, buffer, opset_version=opset or 17, dynamo=False)
     return buffer.getvalue()

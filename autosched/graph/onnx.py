@@ -26,7 +26,7 @@ import numpy as np
 
 from .graph import Graph, topological_order
 from .onnx_layout import Builder, Value, identity
-from . import onnx_nn  # noqa: F401 - registers the window, normalisation and resize converters
+from . import onnx_index, onnx_nn, onnx_pointwise  # noqa: F401 - they register their converters
 from .onnx_ops import CONVERTERS, ONNX_DTYPES, OnnxNode, Unsupported
 
 #: the opsets of the default ONNX domain that the importer knows
@@ -147,6 +147,17 @@ def node_attributes(node) -> dict:
 _NOT_FOLDED = ("Loop", "Scan", "If", "SequenceMap")
 
 
+def _take_along_axis(node, inputs) -> list:
+    data, indices = np.asarray(inputs[0]), np.asarray(inputs[1], np.int64)
+    axis = int(node_attributes(node).get("axis", 0)) % data.ndim
+    return [np.take_along_axis(data, np.where(indices < 0, indices + data.shape[axis], indices), axis)]
+
+
+#: operators folded by numpy where the reference implementation fails (its GatherElements
+#: cannot take the indices of Hugging Face BERT's token types)
+_NUMPY_FOLDS = {"GatherElements": _take_along_axis}
+
+
 def fold_node(node, inputs, opset: int) -> list:
     """The outputs of a node whose ``inputs`` are all known (arrays, None where omitted),
     computed by ONNX's reference implementation of the node's operator at ``opset`` (the
@@ -156,6 +167,8 @@ def fold_node(node, inputs, opset: int) -> list:
     from onnx.reference import ReferenceEvaluator
     if node.op_type in _NOT_FOLDED:
         raise Unsupported("control flow is not supported")
+    if node.op_type in _NUMPY_FOLDS:
+        return _NUMPY_FOLDS[node.op_type](node, inputs)
     function = helper.make_function("autosched.fold", "fold", list(node.input), list(node.output), [node],
                                     [helper.make_opsetid("", opset)])
     try:

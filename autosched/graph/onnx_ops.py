@@ -203,7 +203,8 @@ def _pow(b, n):
 
 
 #: ONNX element types -> our dtypes (what inputs and casts may have)
-ONNX_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 5: "int16"}
+ONNX_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 5: "int16",
+               9: "bool"}
 
 
 @converts("Cast")
