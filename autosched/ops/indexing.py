@@ -105,8 +105,8 @@ def topk_rank(x, axis: int, largest: bool = True, name: str = "topk_rank"):
     def rank(*i):
         other, mine = x[_at(i, ax, r)], x[i]
         before = other > mine if largest else other < mine
-        tie_before = ir.logical("and", other == mine, r < i[ax])
-        return ir.sum(ir.cast(ir.logical("or", before, tie_before), "int64"), axis=r)
+        tie_before = (other == mine) & (r < i[ax])
+        return ir.sum(ir.cast(before | tie_before, "int64"), axis=r)
 
     return ir.compute(x.shape, rank, name=name, tag="comm_reduce")
 

@@ -17,7 +17,7 @@ from .elementwise import _broadcast_index, broadcast_shape, unary
 def _round_half_even(v):
     """Round to the nearest integer, halves to the even one (ONNX Round, numpy.round)."""
     r = ir.floor(v + 0.5)
-    halfway_odd = ir.logical("and", r - v == 0.5, r - 2.0 * ir.floor(r * 0.5) == 1.0)
+    halfway_odd = (r - v == 0.5) & (r - 2.0 * ir.floor(r * 0.5) == 1.0)
     return r - ir.cast(halfway_odd, v.dtype)
 
 
@@ -81,8 +81,8 @@ BINARY = {
     "less_equal": (lambda a, b: a <= b, np.less_equal),
     "greater": (lambda a, b: a > b, np.greater),
     "greater_equal": (lambda a, b: a >= b, np.greater_equal),
-    "logical_and": (lambda a, b: ir.logical("and", a, b), np.logical_and),
-    "logical_or": (lambda a, b: ir.logical("or", a, b), np.logical_or),
+    "logical_and": (lambda a, b: a & b, np.logical_and),
+    "logical_or": (lambda a, b: a | b, np.logical_or),
     "logical_xor": (lambda a, b: a != b, np.logical_xor),
     "mod": (_float_mod, np.mod),
     "fmod": (_c_fmod, np.fmod),
