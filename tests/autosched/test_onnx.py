@@ -485,3 +485,25 @@ def test_pad_of_nothing_between_operators_partitions():
     nodes = [helper.make_node("Softmax", ["x"], ["r"]),
              helper.make_node("Pad", ["r", "pads"], ["y"])]
     check(make_model(nodes, {"x": (1, 4, 4, 3)}, ["y"], {"pads": i64(*[0] * 8)}, opset=17))
+
+
+@pytest.mark.parametrize("bad", [5, -6])
+def test_gather_out_of_range_raises_at_run_time(bad):
+    """onnxruntime refuses an id outside the table (INVALID_ARGUMENT); the kernel raised
+    nothing and read the last row."""
+    model = make_model([helper.make_node("Gather", ["table", "ids"], ["y"])], {"ids": ((1, 3), TensorProto.INT64)},
+                       ["y"], {"table": w(5, 4)})
+    graph = from_onnx(model)
+    ex = G.GraphExecutor(G.partition(graph), warn_untuned=False)
+    ok = np.array([[0, 4, -5]], np.int64)
+    np.testing.assert_allclose(ex.run(ok)[0], np.take(numpy_helper.to_array(model.graph.initializer[0]), ok, 0))
+    with pytest.raises(IndexError):
+        ex.run(np.array([[0, bad, 1]], np.int64))
+
+
+def test_ten_thousand_node_chain_imports_and_runs():
+    """No recursion proportional to the depth in import, partitioning or lowering: a chain of
+    150 elementwise nodes died with RecursionError; fused groups are cut at MAX_FUSE_DEPTH."""
+    n = 10_000
+    nodes = [helper.make_node("Neg" if k % 2 else "Sigmoid", [f"t{k}"], [f"t{k + 1}"]) for k in range(n)]
+    check(make_model(nodes, {"t0": (2, 3)}, [f"t{n}"]))
