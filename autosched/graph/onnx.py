@@ -179,6 +179,38 @@ def fold_node(node, inputs, opset: int) -> list:
         raise Unsupported(f"constant folding failed ({type(err).__name__}: {str(err)[:120]})") from None
 
 
+def check_model(model) -> None:
+    """Refuse an invalid model before converting anything, as onnxruntime does: a name that
+    two writers write (the last would silently win), a node that reads a name nothing
+    writes, and a node that reads a later node's output (a cycle, or nodes out of order).
+    (ONNX's checker also demands shapes on every output, which real exports omit.)"""
+    graph = model.graph
+    writers = defaultdict(list)
+    for name in [t.name for t in graph.initializer] + [i.name for i in _runtime_inputs(model)]:
+        writers[name].append("an initializer or input")
+    names = [node.name or f"{node.op_type}_{k}" for k, node in enumerate(graph.node)]
+    for name, node in zip(names, graph.node):
+        for o in node.output:
+            if o:
+                writers[o].append(f"node '{name}'")
+    twice = {name: who for name, who in writers.items() if len(who) > 1}
+    if twice:
+        name, who = next(iter(twice.items()))
+        raise ValueError(f"invalid ONNX model: '{name}' is written by {' and '.join(who)} "
+                         f"({len(twice)} name{'s' if len(twice) > 1 else ''} written more than once)")
+    written = {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    for name, node in zip(names, graph.node):
+        for i in node.input:
+            if i and i not in written:
+                why = "a later node writes it (a cycle, or nodes out of order)" if i in writers else \
+                    "no node, initializer or input writes it"
+                raise ValueError(f"invalid ONNX model: node '{name}' ({node.op_type}) reads '{i}', but {why}")
+        written.update(node.output)
+    for o in graph.output:
+        if o.name not in written:
+            raise ValueError(f"invalid ONNX model: the graph output '{o.name}' is written by no node")
+
+
 class _Importer:
     """One model's conversion: values by ONNX name, unsupported nodes collected."""
 
@@ -238,10 +270,6 @@ class _Importer:
                 self.unsupported[(node.op_type, "no converter")].append(name)
             self.poisoned.update(node.output)
             return
-        missing = [i for i in ins if i not in self.values]
-        if missing:
-            raise ValueError(f"node '{name}' ({node.op_type}) reads {missing}, which no earlier node, initializer "
-                             "or input provides: the model is not topologically sorted or is malformed")
         if node.domain not in _DEFAULT_DOMAINS:
             self._refuse(node, name, f"operator of the domain '{node.domain}'")
             return
@@ -315,6 +343,7 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     if opset not in OPSETS:
         raise ValueError(f"the model uses opset {opset} of the default ONNX domain; autosched imports opsets "
                          f"{OPSETS.start} to {OPSETS.stop - 1} (convert it with onnx.version_converter)")
+    check_model(model)
     model = fix_input_shapes(model, input_shapes)
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
@@ -322,4 +351,4 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     return _Importer(model, opset, name).run()
 
 
-__all__ = ["from_onnx", "load_model", "model_opset", "UnsupportedModelError", "OPSETS"]
+__all__ = ["from_onnx", "load_model", "model_opset", "check_model", "UnsupportedModelError", "OPSETS"]

@@ -97,13 +97,18 @@ def test_cast_and_gather():
     np.testing.assert_array_equal(ex.run(v)[0], np.trunc(v))
 
 
-def test_gather_clamps_out_of_range_indices():
+def test_gather_counts_negative_indices_from_the_end_and_refuses_out_of_range_ones():
     b = G.GraphBuilder("g")
     table = b.const((5, 2), G.normal(1.0), "table")
     idx = b.input((4,), "idx", dtype="int64")
     ex = G.GraphExecutor(G.partition(b.graph([b.op("gather", [table, idx], axis=0)])), warn_untuned=False)
-    out = ex.run(np.array([-1, 7, -9, 2]))[0]
+    out = ex.run(np.array([-1, 4, -5, 2]))[0]
     np.testing.assert_allclose(out, table.value[[4, 4, 0, 2]])
+    for bad in (7, -9):
+        with pytest.raises(IndexError, match="outside it"):
+            ex.run(np.array([0, bad, 1, 2]))
+        with pytest.raises(IndexError):
+            G.run_reference(ex.graph, [np.array([0, bad, 1, 2])])
 
 
 WINDOWS = [

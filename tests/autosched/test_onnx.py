@@ -507,3 +507,38 @@ def test_ten_thousand_node_chain_imports_and_runs():
     n = 10_000
     nodes = [helper.make_node("Neg" if k % 2 else "Sigmoid", [f"t{k}"], [f"t{k + 1}"]) for k in range(n)]
     check(make_model(nodes, {"t0": (2, 3)}, [f"t{n}"]))
+
+
+def test_two_nodes_writing_one_name_are_refused():
+    """onnxruntime refuses such a model as invalid; the importer let the last writer win."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Sigmoid", ["x"], ["y"])]
+    with pytest.raises(ValueError, match="invalid ONNX model: 'y' is written by node 'Relu_0' and node 'Sigmoid_1'"):
+        from_onnx(make_model(nodes, {"x": (2, 2)}, ["y"]))
+
+
+@pytest.mark.parametrize("case", ["dangling", "cycle"])
+def test_dangling_names_and_cycles_are_refused(case):
+    if case == "dangling":
+        nodes = [helper.make_node("Add", ["x", "nowhere"], ["y"])]
+    else:
+        nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                 helper.make_node("Sigmoid", ["b"], ["y"])]
+    why = "no node, initializer or input writes it" if case == "dangling" else "a later node writes it"
+    with pytest.raises(ValueError, match=f"invalid ONNX model: node 'Add_0' \\(Add\\) reads '(nowhere|b)', but {why}"):
+        from_onnx(make_model(nodes, {"x": (2, 2)}, ["y"]))
+
+
+def test_loop_with_a_huge_trip_count_is_not_evaluated_at_import():
+    """A Loop of constant inputs and 10**12 iterations was folded at import and never ended."""
+    body = helper.make_graph([helper.make_node("Add", ["v", "one"], ["v_out"]),
+                              helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v", F, [1])],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_out", F, [1])])
+    nodes = [helper.make_node("Loop", ["n", "true", "v0"], ["v"], body=body), helper.make_node("Add", ["x", "v"], ["y"])]
+    consts = {"n": np.array(10**12, np.int64), "true": np.array(True), "v0": np.zeros(1, np.float32),
+              "one": np.ones(1, np.float32)}
+    with pytest.raises(UnsupportedModelError, match="Loop: control flow is not supported"):
+        from_onnx(make_model(nodes, {"x": (1,)}, ["y"], consts))
