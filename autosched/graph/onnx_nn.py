@@ -225,7 +225,16 @@ _MAPPED_REDUCERS = {"ReduceL1": ("abs", "sum", None), "ReduceL2": ("square", "su
                     "ReduceLogSumExp": ("exp", "sum", "log")}
 
 
-@converts(*_REDUCERS, *_MAPPED_REDUCERS)
+def _product(b, x: Value, onnx_axes, keepdims: bool, name: str) -> Value:
+    for k, a in enumerate(reversed(onnx_axes)):      # from the last axis, so the others keep their place
+        if x.onnx_shape[a] > MAX_PRODUCT_EXTENT:
+            raise Unsupported(f"a product over {x.onnx_shape[a]} elements (at most {MAX_PRODUCT_EXTENT})")
+        y = b.op("reduce_prod", [x.node], f"{name}_{k}", axis=x.graph_axis(a), keepdims=keepdims)
+        x = Value(y, x.perm if keepdims else tuple(p - (p > a) for p in x.perm if p != a))
+    return x
+
+
+@converts(*_REDUCERS, *_MAPPED_REDUCERS, "ReduceProd")
 def _reduce(b, n):
     x = n.runtime_input(0)
     onnx_axes = _reduce_axes(n, x)
@@ -234,6 +243,8 @@ def _reduce(b, n):
     keepdims = bool(n.attr("keepdims", 1))
     if n.op_type in _REDUCERS:
         return [_reduced(b, x, onnx_axes, _REDUCERS[n.op_type], keepdims, n.name)]
+    if n.op_type == "ReduceProd":
+        return [_product(b, x, onnx_axes, keepdims, n.name)]
     if not x.dtype.startswith("float"):
         raise Unsupported(f"an input of dtype {x.dtype}")
     before, reducer, after = _MAPPED_REDUCERS[n.op_type]
@@ -243,21 +254,6 @@ def _reduce(b, n):
         x = Value(b.op(before, [x.node], f"{n.name}_{before}"), x.perm)
     y = _reduced(b, x, onnx_axes, reducer, keepdims, n.name if after is None else f"{n.name}_{reducer}")
     return [y if after is None else Value(b.op(after, [y.node], n.name), y.perm)]
-
-
-@converts("ReduceProd")
-def _reduce_prod(b, n):
-    x = n.runtime_input(0)
-    onnx_axes = _reduce_axes(n, x)
-    if onnx_axes is None:
-        return [x]
-    keepdims = bool(n.attr("keepdims", 1))
-    for k, a in enumerate(reversed(onnx_axes)):      # from the last axis, so the others keep their place
-        if x.onnx_shape[a] > MAX_PRODUCT_EXTENT:
-            raise Unsupported(f"a product over {x.onnx_shape[a]} elements (at most {MAX_PRODUCT_EXTENT})")
-        y = b.op("reduce_prod", [x.node], f"{n.name}_{k}", axis=x.graph_axis(a), keepdims=keepdims)
-        x = Value(y, x.perm if keepdims else tuple(p - (p > a) for p in x.perm if p != a))
-    return [x]
 
 
 def _normalised(b, x: Value, axes: tuple, eps: float, name: str) -> Value:
@@ -308,22 +304,9 @@ def _group_norm(b, n):
     return [_affine(b, back, scale, bias, n.name)]
 
 
-@converts("Upsample")
-def _upsample(b, n):
-    """Opset 9's Resize: ``scales`` an input, asymmetric coordinates."""
-    x = n.runtime_input(0)
-    mode = n.attr("mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        raise Unsupported(f"mode={mode!r} (nearest and linear are supported)")
-    scales = [float(s) for s in np.ravel(n.const_input(1, "scales"))]
-    shape = [int(math.floor(s * f)) for s, f in zip(x.onnx_shape, scales)]
-    y = b.op("resize", [x.node], n.name, shape=x.to_graph_order(shape), scales=x.to_graph_order(scales),
-             mode=mode, coordinate_mode="asymmetric", nearest_mode="floor")
-    return [Value(y, x.perm)]
-
-
-@converts("Resize")
+@converts("Resize", "Upsample")
 def _resize(b, n):
+    """Resize, and opset 9's Upsample (Resize-10's inputs and coordinates under another name)."""
     x = n.runtime_input(0)
     mode = n.attr("mode", "nearest")
     if mode not in ("nearest", "linear"):

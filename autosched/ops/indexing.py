@@ -13,12 +13,7 @@ import numpy as np
 
 import ir
 
-
-def _axis(x, axis: int, what: str) -> int:
-    ax = axis + x.ndim if axis < 0 else axis
-    if not 0 <= ax < x.ndim:
-        raise ValueError(f"{what}: axis {axis} is out of range for shape {x.shape}")
-    return ax
+from .nn import _axis
 
 
 def _at(index, ax: int, value) -> tuple:
