@@ -26,10 +26,11 @@ def test_smoke_run_matches_onnxruntime(capsys):
     assert [r["workload"] for r in rows] == list(model_coverage.SMOKE_MODELS)
     for r in rows:
         assert r["imports"] and r["matches"] and r["matches_onnxruntime"] < 1e-4
-        assert r["tasks"] > 0 and r["zero_trial_ms"] > 0 and r["onnxruntime_ms"] > 0
+        assert r["tasks"] > 0 and r["programs"] == "default" and r["default_ms"] > 0 and r["onnxruntime_ms"] > 0
 
 
 def test_a_failing_model_is_a_row():
-    args = types.SimpleNamespace(exporter="torchscript", time=False, smoke=True, timeout=120, memory_gb=8.0)
+    args = types.SimpleNamespace(exporter="torchscript", time=False, default_schedules=True, timeout=120,
+                                 memory_gb=8.0)
     row = model_coverage.run_child("light_no_such_model", args, None, import_only=True)
     assert row["imports"] is False and "no light model 'no_such_model'" in row["error"]
