@@ -71,11 +71,8 @@ def _topk(b, n):
     if not n.attr("sorted", 1):
         raise Unsupported("sorted=0")
     rank = b.op("topk_rank", [x.node], f"{n.name}_rank", axis=axis, largest=bool(n.attr("largest", 1)))
-    outs = []
-    for which, used in zip(("values", "indices"), n.outputs_used + [False] * 2):
-        node = b.op("topk_select", [x.node, rank], f"{n.name}_{which}", k=k, axis=axis, indices=which == "indices")
-        outs.append(Value(node, x.perm))
-    return outs
+    return [Value(b.op("topk_select", [x.node, rank], f"{n.name}_{which}", k=k, axis=axis,
+                       indices=which == "indices"), x.perm) for which in ("values", "indices")]
 
 
 @converts("DepthToSpace", "SpaceToDepth")
@@ -103,13 +100,15 @@ def _parse_einsum(equation: str, ranks) -> tuple[list, str]:
     equation = equation.replace(" ", "")
     if "..." in equation:
         raise Unsupported(f"an ellipsis in the equation {equation!r}")
-    lhs, _, rhs = equation.partition("->")
+    lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ranks) or any(len(t) != r for t, r in zip(terms, ranks)):
         raise Unsupported(f"equation {equation!r} for operands of ranks {list(ranks)}")
-    if not _ or not re.fullmatch(r"[A-Za-z]*", rhs):
+    if not arrow:                        # implicit output: the letters that occur once, sorted
         letters = "".join(terms)
         rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    elif not re.fullmatch(r"[A-Za-z]*", rhs):
+        raise Unsupported(f"the output {rhs!r} of the equation {equation!r}")
     if any(len(set(t)) != len(t) for t in terms):
         raise Unsupported(f"a repeated index within one operand of {equation!r} (a diagonal)")
     return terms, rhs
