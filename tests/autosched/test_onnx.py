@@ -537,7 +537,8 @@ def test_loop_with_a_huge_trip_count_is_not_evaluated_at_import():
                               helper.make_tensor_value_info("v", F, [1])],
                              [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
                               helper.make_tensor_value_info("v_out", F, [1])])
-    nodes = [helper.make_node("Loop", ["n", "true", "v0"], ["v"], body=body), helper.make_node("Add", ["x", "v"], ["y"])]
+    nodes = [helper.make_node("Loop", ["n", "true", "v0"], ["v"], body=body),
+             helper.make_node("Add", ["x", "v"], ["y"])]
     consts = {"n": np.array(10**12, np.int64), "true": np.array(True), "v0": np.zeros(1, np.float32),
               "one": np.ones(1, np.float32)}
     with pytest.raises(UnsupportedModelError, match="Loop: control flow is not supported"):
