@@ -55,19 +55,22 @@ def model_names(exporter_needed: bool = True) -> list[str]:
     return names + [f"light_{n}" for n in light_model_names()]
 
 
-def model_bytes(name: str, exporter: str) -> bytes:
-    """The ONNX bytes of a model of the bench (``tiny_<transformers name>``: a tiny config,
-    sequence 8, for the smoke run)."""
+def model_file(name: str, exporter: str, directory: str) -> str:
+    """The ONNX file of a model of the bench, written in ``directory`` (``tiny_<transformers
+    name>``: a tiny config, sequence 8, for the smoke run)."""
+    path = os.path.join(directory, f"{name}.onnx")
     if name.startswith("light_"):
+        import onnx
         from autosched.graph.onnx_zoo import light_model, with_random_weights
-        return with_random_weights(light_model(name[len("light_"):]), seed=0).SerializeToString()
+        onnx.save(with_random_weights(light_model(name[len("light_"):]), seed=0), path)
+        return path
     if name.startswith("tiny_"):
         module, example = torch_models.transformers_model(name[len("tiny_"):], tiny=True, sequence=8)
     elif name in torch_models.TRANSFORMERS:
         module, example = torch_models.transformers_model(name)
     else:
         module, example = torch_models.torchvision_model(name)
-    return torch_models.export_onnx(module, example, exporter)
+    return torch_models.export_onnx_file(module, example, path, exporter)
 
 
 def _relative_error(ours, theirs) -> float:
@@ -79,17 +82,26 @@ def _relative_error(ours, theirs) -> float:
     return worst
 
 
-def _openvino_ms(data: bytes, inputs) -> float:
+def _onnxruntime(path: str):
+    """``run(*arrays)``: the model in an onnxruntime CPU session, 2 intra-op threads (from
+    the file: a model over 2 GiB keeps its weights beside it)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.log_severity_level = 3
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return lambda *arrays: session.run(None, dict(zip(names, arrays)))
+
+
+def _openvino(path: str):
+    """``run(*arrays)``: the model compiled by OpenVINO for the CPU, 2 threads, f32."""
     import openvino as ov
     core = ov.Core()
-    with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
-        f.write(data)
-        f.flush()
-        compiled = core.compile_model(core.read_model(f.name), "CPU",
-                                      {"INFERENCE_NUM_THREADS": THREADS, "INFERENCE_PRECISION_HINT": "f32"})
+    compiled = core.compile_model(core.read_model(path), "CPU",
+                                  {"INFERENCE_NUM_THREADS": THREADS, "INFERENCE_PRECISION_HINT": "f32"})
     request = compiled.create_infer_request()
-    from autosched.graph.onnx_baselines import seconds_per_call
-    return 1e3 * seconds_per_call(lambda: request.infer(list(inputs)), repeat=5)
+    return lambda *arrays: request.infer(list(arrays))
 
 
 def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial: bool = True) -> None:
@@ -97,33 +109,35 @@ def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial
     Without ``zero_trial`` the programs are default schedules (the smoke run's seconds)."""
     import warnings
     from autosched import graph as G
-    from autosched.graph.onnx_baselines import onnxruntime_runner, seconds_per_call
+    from autosched.graph.onnx_baselines import seconds_per_call
     name = row["workload"]
     row.update(exporter=None if name.startswith("light_") else exporter, imports=False)
-    data = model_bytes(name, exporter)
-    t0 = time.perf_counter()
-    graph = G.from_onnx(data, name=name)
-    part = G.partition(graph)
-    row.update(imports=True, import_s=time.perf_counter() - t0, tasks=len(part.tasks))
-    if import_only:
-        return
-    inputs = graph.random_inputs(0)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        executor = G.GraphExecutor(part, warn_untuned=False, base_model="default" if zero_trial else None)
-    row["programs"] = "zero-trial" if zero_trial else "default"
-    row["zero_trial_s" if zero_trial else "build_s"] = time.perf_counter() - t0
-    ours = executor.run(*inputs)
-    ort = onnxruntime_runner(data, threads=THREADS)
-    row["matches_onnxruntime"] = _relative_error(ours, ort(*inputs))
-    ours_ms = row["zero_trial_ms" if zero_trial else "default_ms"] = 1e3 * executor.benchmark(*inputs, repeat=5)[
-        "median"]
-    row["onnxruntime_ms"] = 1e3 * seconds_per_call(lambda: ort(*inputs), repeat=5)
-    row["vs_onnxruntime"] = row["onnxruntime_ms"] / ours_ms
-    if timed:
-        row["openvino_ms"] = _openvino_ms(data, inputs)
-        row["vs_openvino"] = row["openvino_ms"] / ours_ms
+    with tempfile.TemporaryDirectory(prefix="model_coverage_") as tmp:
+        path = model_file(name, exporter, tmp)
+        t0 = time.perf_counter()
+        graph = G.from_onnx(path, name=name)
+        part = G.partition(graph)
+        row.update(imports=True, import_s=time.perf_counter() - t0, tasks=len(part.tasks))
+        if import_only:
+            return
+        inputs = graph.random_inputs(0)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            executor = G.GraphExecutor(part, warn_untuned=False, base_model="default" if zero_trial else None)
+        row["programs"] = "zero-trial" if zero_trial else "default"
+        row["zero_trial_s" if zero_trial else "build_s"] = time.perf_counter() - t0
+        ours = executor.run(*inputs)
+        ort = _onnxruntime(path)
+        row["matches_onnxruntime"] = _relative_error(ours, ort(*inputs))
+        ours_ms = 1e3 * executor.benchmark(*inputs, repeat=5)["median"]
+        row["zero_trial_ms" if zero_trial else "default_ms"] = ours_ms
+        row["onnxruntime_ms"] = 1e3 * seconds_per_call(lambda: ort(*inputs), repeat=5)
+        row["vs_onnxruntime"] = row["onnxruntime_ms"] / ours_ms
+        if timed:
+            openvino = _openvino(path)
+            row["openvino_ms"] = 1e3 * seconds_per_call(lambda: openvino(*inputs), repeat=5)
+            row["vs_openvino"] = row["openvino_ms"] / ours_ms
 
 
 def _limit_memory(gigabytes: float):
@@ -197,7 +211,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="model_coverage_") as tmp:
             db = os.path.join(tmp, "records.db") if args.time else None
             row = run_child(name, args, db, args.import_only)
-            if args.time and row.get("imports") and "error" not in row:
+            if args.time and not args.default_schedules and row.get("imports") and "error" not in row:
                 warm = run_child(name, args, db, False)
                 row["zero_trial_warm_s"] = warm.get("zero_trial_s")
         row["matches"] = (row.get("matches_onnxruntime") is not None

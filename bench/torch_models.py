@@ -9,7 +9,8 @@ schemas first, only when they are missing.
 """
 from __future__ import annotations
 
-import io
+import os
+import tempfile
 
 #: the library that defines torchvision's missing operator schemas (kept alive: dropping it
 #: would remove the definitions)
@@ -106,17 +107,27 @@ def transformers_model(name: str, tiny: bool = False, sequence: int = 128, seed:
     return module, (torch.randint(0, config.vocab_size, (1, sequence), generator=generator),)
 
 
-def export_onnx(module, example: tuple, exporter: str = "torchscript", opset: int | None = None) -> bytes:
-    """The ONNX bytes of ``module`` on ``example``: PyTorch's TorchScript exporter
-    (``dynamo=False``, opset 17 by default) or its dynamo exporter (``dynamo=True``, opset
-    18: asked for 17 it writes Splits with opset 18's ``num_outputs``), static shapes."""
+def export_onnx_file(module, example: tuple, path: str, exporter: str = "torchscript",
+                     opset: int | None = None) -> str:
+    """Export ``module`` on ``example`` to ``path`` with PyTorch's TorchScript exporter
+    (``dynamo=False``, opset 17 by default) or its dynamo exporter (``dynamo=True``, opset 18:
+    asked for 17 it writes Splits with opset 18's ``num_outputs``), static shapes; a model
+    over protobuf's 2 GiB keeps its weights in external data beside ``path``."""
     import torch
     if exporter not in ("torchscript", "dynamo"):
         raise ValueError(f"exporter {exporter!r}: expected 'torchscript' or 'dynamo'")
-    buffer = io.BytesIO()
     with torch.no_grad():
         if exporter == "dynamo":
             program = torch.onnx.export(module, example, dynamo=True, opset_version=opset or 18, verbose=False)
-            return program.model_proto.SerializeToString()
-        torch.onnx.export(module, example, buffer, opset_version=opset or 17, dynamo=False)
-    return buffer.getvalue()
+            program.save(path)
+        else:
+            torch.onnx.export(module, example, path, opset_version=opset or 17, dynamo=False)
+    return path
+
+
+def export_onnx(module, example: tuple, exporter: str = "torchscript", opset: int | None = None) -> bytes:
+    """The ONNX bytes of a model under 2 GiB (``export_onnx_file``)."""
+    with tempfile.TemporaryDirectory(prefix="export_onnx_") as tmp:
+        path = export_onnx_file(module, example, os.path.join(tmp, "model.onnx"), exporter, opset)
+        with open(path, "rb") as f:
+            return f.read()
