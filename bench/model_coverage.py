@@ -214,8 +214,8 @@ def main(argv=None) -> int:
             if args.time and not args.default_schedules and row.get("imports") and "error" not in row:
                 warm = run_child(name, args, db, False)
                 row["zero_trial_warm_s"] = warm.get("zero_trial_s")
-        row["matches"] = (row.get("matches_onnxruntime") is not None
-                          and row["matches_onnxruntime"] <= args.tolerance)
+        row["matches"] = None if args.import_only else (row.get("matches_onnxruntime") is not None
+                                                         and row["matches_onnxruntime"] <= args.tolerance)
         rows.append(row)
         say(json.dumps(row), flush=True)
     good = [r for r in rows if r.get("imports") and (args.import_only or r["matches"])]
