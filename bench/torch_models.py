@@ -116,12 +116,19 @@ def export_onnx_file(module, example: tuple, path: str, exporter: str = "torchsc
     import torch
     if exporter not in ("torchscript", "dynamo"):
         raise ValueError(f"exporter {exporter!r}: expected 'torchscript' or 'dynamo'")
-    with torch.no_grad():
-        if exporter == "dynamo":
-            program = torch.onnx.export(module, example, dynamo=True, opset_version=opset or 18, verbose=False)
-            program.save(path)
-        else:
-            torch.onnx.export(module, example, path, opset_version=opset or 17, dynamo=False)
+    # nn.MultiheadAttention's fast path (eval mode, no grad: torchvision's ViTs) is one fused
+    # operator the TorchScript exporter cannot write; the exporters want the plain operators
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            if exporter == "dynamo":
+                program = torch.onnx.export(module, example, dynamo=True, opset_version=opset or 18, verbose=False)
+                program.save(path)
+            else:
+                torch.onnx.export(module, example, path, opset_version=opset or 17, dynamo=False)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     return path
 
 
