@@ -43,13 +43,28 @@ def test_transformers_models_match_onnxruntime(name, exporter):
     _matches_onnxruntime(torch_models.export_onnx(module, example, exporter))
 
 
+def _torchvision():
+    if importlib.util.find_spec("torchvision") is None:     # importing it needs torch_models' shim first
+        pytest.skip("torchvision is not installed")
+    return torch_models.import_torchvision()
+
+
+def test_torchvision_vision_transformer_matches_onnxruntime():
+    """torchvision's ViT in eval mode takes nn.MultiheadAttention's fused fast path, which the
+    TorchScript exporter cannot write; export_onnx turns the fast path off."""
+    import torch
+    torchvision = _torchvision()
+    torch.manual_seed(0)
+    module = torchvision.models.vision_transformer.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=10).eval()
+    _matches_onnxruntime(torch_models.export_onnx(module, (torch.randn(1, 3, 32, 32),)))
+
+
 def test_swin_transformer_matches_onnxruntime():
     """Swin's exporter output holds Pads of zero width and rolled windows (the model of the
     torchvision family that failed in partitioning), at a small size."""
     import torch
-    if importlib.util.find_spec("torchvision") is None:     # importing it needs torch_models' shim first
-        pytest.skip("Swin is torchvision's model; torchvision is not installed")
-    torchvision = torch_models.import_torchvision()
+    torchvision = _torchvision()
     torch.manual_seed(0)
     module = torchvision.models.swin_transformer.SwinTransformer(
         patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=[4, 4],
