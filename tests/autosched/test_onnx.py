@@ -543,3 +543,10 @@ def test_loop_with_a_huge_trip_count_is_not_evaluated_at_import():
               "one": np.ones(1, np.float32)}
     with pytest.raises(UnsupportedModelError, match="Loop: control flow is not supported"):
         from_onnx(make_model(nodes, {"x": (1,)}, ["y"], consts))
+
+
+def test_a_graph_output_no_node_writes_is_refused():
+    """It ended in an AttributeError deep in the importer."""
+    model = make_model([helper.make_node("Relu", ["x"], ["r"])], {"x": (2, 2)}, ["y"])
+    with pytest.raises(ValueError, match="invalid ONNX model: the graph output 'y' is written by no node"):
+        from_onnx(model)
