@@ -222,6 +222,10 @@ class _Importer:
         self.unsupported: dict = defaultdict(list)
         self.poisoned: set = set()
         self.inferred = inferred_shapes(model)
+        #: the shapes the model itself declares (value_info, outputs): a contradiction there
+        #: is the model's, not the importer's
+        self.declared = {vi.name: shape for vi in list(model.graph.value_info) + list(model.graph.output)
+                         if (shape := _static_shape(vi)) is not None}
         self._used = defaultdict(int)
         for node in model.graph.node:
             for i in node.input:
@@ -316,6 +320,9 @@ class _Importer:
         got = value.onnx_shape if isinstance(value, Value) else tuple(np.shape(value))
         want = self.inferred.get(out_name)
         if want is not None and tuple(want) != tuple(got):
+            if self.declared.get(out_name) == tuple(want):
+                raise ValueError(f"the model declares '{out_name}' with shape {tuple(want)}, but node '{name}' "
+                                 f"({node.op_type}) computes {tuple(got)}: its declared shapes contradict its nodes")
             raise RuntimeError(f"importing node '{name}' ({node.op_type}): output '{out_name}' has shape {got}, "
                                f"ONNX shape inference says {want}; this is a bug of the importer")
 

@@ -550,3 +550,13 @@ def test_a_graph_output_no_node_writes_is_refused():
     model = make_model([helper.make_node("Relu", ["x"], ["r"])], {"x": (2, 2)}, ["y"])
     with pytest.raises(ValueError, match="invalid ONNX model: the graph output 'y' is written by no node"):
         from_onnx(model)
+
+
+def test_declared_shapes_that_contradict_the_nodes_are_the_models_error():
+    """It said "this is a bug of the importer"."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "test",
+                              [helper.make_tensor_value_info("x", F, [2, 2])],
+                              [helper.make_tensor_value_info("y", F, [3, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ValueError, match=r"declares 'y' with shape \(3, 3\), but node 'Relu_0' \(Relu\) computes"):
+        from_onnx(model)
