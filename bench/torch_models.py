@@ -68,25 +68,20 @@ def torchvision_model(name: str, seed: int = 0):
     return module, (torch.randn(1, 3, size, size),)
 
 
-def _last_hidden_state_module():
+def _last_hidden_state(model):
+    """``model`` called with one positional input, returning its last hidden state as one
+    tensor (the exporters trip over the Hugging Face models' keyword arguments and outputs)."""
     import torch
 
     class LastHiddenState(torch.nn.Module):
-        """A Hugging Face model called with one positional input, returning its last hidden
-        state as one tensor (exporters trip over the models' keyword arguments and outputs)."""
-
-        def __init__(self, model):
+        def __init__(self):
             super().__init__()
             self.model = model
 
         def forward(self, x):
             return self.model(x).last_hidden_state
 
-    return LastHiddenState
-
-
-def _LastHiddenState(model):
-    return _last_hidden_state_module()(model)
+    return LastHiddenState()
 
 
 def transformers_model(name: str, tiny: bool = False, sequence: int = 128, seed: int = 0):
@@ -100,7 +95,7 @@ def transformers_model(name: str, tiny: bool = False, sequence: int = 128, seed:
     config_class, model_class = (getattr(transformers, c) for c in TRANSFORMERS[name])
     config = config_class(**(TINY_CONFIGS[name] if tiny else {}))
     torch.manual_seed(seed)
-    module = _LastHiddenState(model_class(config)).eval()
+    module = _last_hidden_state(model_class(config)).eval()
     if name == "vit":
         return module, (torch.randn(1, 3, config.image_size, config.image_size),)
     generator = torch.Generator().manual_seed(seed)
