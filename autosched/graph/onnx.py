@@ -19,6 +19,7 @@ shape inference, so a converter that mistook a shape fails at import, not at run
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 
@@ -119,9 +120,13 @@ def fix_input_shapes(model, input_shapes):
 
 
 def inferred_shapes(model) -> dict:
+    """ONNX's shape inference's static shapes by tensor name. Its data propagation (the values
+    of shape chains) materialises a Range's output whatever its length (10**12 elements of a
+    hostile model never end), so a model with a Range is inferred without it."""
     onnx = _onnx()
+    data_prop = not any(node.op_type == "Range" for node in model.graph.node)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
     except Exception:  # noqa: BLE001 - inference is a check; the conversion computes every shape itself
         return {}
     shapes = {}
@@ -141,6 +146,10 @@ def node_attributes(node) -> dict:
         attrs[a.name] = v.decode() if isinstance(v, bytes) else v
     return attrs
 
+
+#: the most elements a constant made at import may have (1 GiB of float32): a hostile model's
+#: ConstantOfShape of 10**12 elements is refused, not allocated
+MAX_FOLDED_ELEMENTS = 1 << 28
 
 #: operators never evaluated at import: their subgraphs may read names from the enclosing
 #: graph, and a Loop's trip count may be any int64 (10**12 iterations would never end)
@@ -305,7 +314,22 @@ class _Importer:
                         [self._used[o] > 0 for o in node.output])
 
     def _fold(self, node, inputs) -> list:
+        size = self._folded_size(node, inputs)
+        if size > MAX_FOLDED_ELEMENTS:
+            raise Unsupported(f"folding it would make a constant of {size} elements (at most {MAX_FOLDED_ELEMENTS})")
         return fold_node(node, inputs, self.opset)
+
+    def _folded_size(self, node, inputs) -> int:
+        """The elements of the largest output folding ``node`` makes, known before it is
+        evaluated: from shape inference, or from the inputs of the operators whose output's
+        size is their input's value (ConstantOfShape, Range)."""
+        sizes = [math.prod(self.inferred[o]) for o in node.output if o in self.inferred]
+        if node.op_type == "ConstantOfShape":
+            sizes.append(math.prod(int(d) for d in np.ravel(inputs[0])))
+        elif node.op_type == "Range":
+            start, limit, delta = (float(np.ravel(v)[0]) for v in inputs[:3])
+            sizes.append(max(0, math.ceil((limit - start) / delta)) if delta else 0)
+        return max(sizes, default=0)
 
     @staticmethod
     def _shape_of(node, value: Value) -> np.ndarray:

@@ -560,3 +560,17 @@ def test_declared_shapes_that_contradict_the_nodes_are_the_models_error():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ValueError, match=r"declares 'y' with shape \(3, 3\), but node 'Relu_0' \(Relu\) computes"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("op, shape_or_bounds", [("ConstantOfShape", [i64(10**6, 10**6)]),
+                                                 ("Range", [np.array(0, np.int64), np.array(10**12, np.int64),
+                                                            np.array(1, np.int64)])])
+def test_huge_constants_are_not_made_at_import(op, shape_or_bounds):
+    """A model's own arithmetic on constants is evaluated at import; 10**12 elements of it
+    would exhaust memory before any error."""
+    names = [f"c{k}" for k in range(len(shape_or_bounds))]
+    nodes = [helper.make_node(op, names, ["big"]), helper.make_node("Cast", ["big"], ["bigf"], to=F),
+             helper.make_node("Add", ["x", "bigf"], ["y"])]
+    model = make_model(nodes, {"x": (1,)}, ["y"], dict(zip(names, shape_or_bounds)))
+    with pytest.raises(UnsupportedModelError, match=f"{op}: folding it would make a constant of 10+ elements"):
+        from_onnx(model)
