@@ -131,6 +131,13 @@ def test_topk(largest):
     check(make_model(nodes, {"x": (2, 6)}, ["v", "fi"], {"k": i64(3)}), feeds=[x])
 
 
+def test_topk_opset9_k_attribute():
+    x = np.array([[4, 1, 7, 1, 3, 7]], np.float32)
+    nodes = [helper.make_node("TopK", ["x"], ["v", "i"], axis=1, k=2),
+             helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT)]
+    check(make_model(nodes, {"x": (1, 6)}, ["v", "fi"], opset=9), feeds=[x])
+
+
 @pytest.mark.parametrize("op, attrs", [("DepthToSpace", {"blocksize": 2}),
                                        ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}),
                                        ("SpaceToDepth", {"blocksize": 2})])
@@ -162,6 +169,11 @@ def test_group_norm(opset, per):
 @pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ReduceMin"])
 def test_reductions(op):
     one(op, [(2, 3, 4)], {"axes": [1], "keepdims": 0}, opset=13)
+
+
+def test_reductions_opset18_axes_input():
+    one("ReduceL2", [(2, 3, 4), i64(0, 2)], {"keepdims": 1}, opset=18)
+    one("ReduceMin", [(2, 3, 4), i64(-1)], {"keepdims": 0}, opset=18)
 
 
 def test_reduce_log_sum_and_prod():
