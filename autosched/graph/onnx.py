@@ -151,6 +151,10 @@ def node_attributes(node) -> dict:
 #: ConstantOfShape of 10**12 elements is refused, not allocated
 MAX_FOLDED_ELEMENTS = 1 << 28
 
+#: why operators that have no converter have none (the rest: "no converter")
+_NOT_CONVERTED = {op: "its output's shape depends on run-time values"
+                  for op in ("Range", "NonZero", "Unique", "NonMaxSuppression", "Compress")}
+
 #: operators never evaluated at import: their subgraphs may read names from the enclosing
 #: graph, and a Loop's trip count may be any int64 (10**12 iterations would never end)
 _NOT_FOLDED = ("Loop", "Scan", "If", "SequenceMap")
@@ -295,7 +299,7 @@ class _Importer:
             elif node.op_type in CONVERTERS:
                 outputs = CONVERTERS[node.op_type](self.builder, self._onnx_node(node, name, inputs))
             else:
-                self._refuse(node, name, "no converter")
+                self._refuse(node, name, _NOT_CONVERTED.get(node.op_type, "no converter"))
                 return
         except Unsupported as err:
             self._refuse(node, name, str(err))

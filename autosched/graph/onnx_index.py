@@ -167,8 +167,3 @@ def _einsum(b, n):
     if axes != identity(len(axes)):
         unflat = b.op("transpose", [unflat], n.name, axes=axes)
     return [Value(unflat, identity(len(out)))]
-
-
-@converts("Range", "NonZero", "Unique", "NonMaxSuppression")
-def _data_dependent_shape(b, n):
-    raise Unsupported("its output's shape depends on run-time values")
