@@ -284,7 +284,7 @@ class _Importer:
         ins = [i for i in node.input if i]
         if any(i in self.poisoned for i in ins):
             if node.op_type not in CONVERTERS:
-                self.unsupported[(node.op_type, "no converter")].append(name)
+                self.unsupported[(node.op_type, _NOT_CONVERTED.get(node.op_type, "no converter"))].append(name)
             self.poisoned.update(node.output)
             return
         if node.domain not in _DEFAULT_DOMAINS:
