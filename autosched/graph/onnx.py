@@ -155,6 +155,10 @@ MAX_FOLDED_ELEMENTS = 1 << 28
 _NOT_CONVERTED = {op: "its output's shape depends on run-time values"
                   for op in ("Range", "NonZero", "Unique", "NonMaxSuppression", "Compress")}
 
+def _why_not_converted(op_type: str) -> str:
+    return _NOT_CONVERTED.get(op_type, "no converter")
+
+
 #: operators never evaluated at import: their subgraphs may read names from the enclosing
 #: graph, and a Loop's trip count may be any int64 (10**12 iterations would never end)
 _NOT_FOLDED = ("Loop", "Scan", "If", "SequenceMap")
@@ -284,7 +288,7 @@ class _Importer:
         ins = [i for i in node.input if i]
         if any(i in self.poisoned for i in ins):
             if node.op_type not in CONVERTERS:
-                self.unsupported[(node.op_type, _NOT_CONVERTED.get(node.op_type, "no converter"))].append(name)
+                self.unsupported[(node.op_type, _why_not_converted(node.op_type))].append(name)
             self.poisoned.update(node.output)
             return
         if node.domain not in _DEFAULT_DOMAINS:
@@ -299,7 +303,7 @@ class _Importer:
             elif node.op_type in CONVERTERS:
                 outputs = CONVERTERS[node.op_type](self.builder, self._onnx_node(node, name, inputs))
             else:
-                self._refuse(node, name, _NOT_CONVERTED.get(node.op_type, "no converter"))
+                self._refuse(node, name, _why_not_converted(node.op_type))
                 return
         except Unsupported as err:
             self._refuse(node, name, str(err))
