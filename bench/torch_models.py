@@ -58,12 +58,17 @@ def _image_size(name: str) -> int:
 
 
 def torchvision_model(name: str, seed: int = 0):
-    """(module in eval mode with random weights, example inputs) of a torchvision model."""
+    """(module in eval mode with random weights, example inputs) of a torchvision model;
+    weight matrices that torchvision initialises to zero are drawn from N(0, 0.02)."""
     import torch
     torchvision = import_torchvision()
     torch.manual_seed(seed)
     kwargs = {"aux_logits": False, "init_weights": True} if name in ("inception_v3", "googlenet") else {}
     module = torchvision.models.get_model(name, weights=None, **kwargs).eval()
+    with torch.no_grad():    # zero-initialised matrices (ViT's head) would make every output 0
+        for p in module.parameters():
+            if p.ndim >= 2 and not p.any():
+                p.normal_(0.0, 0.02)
     size = _image_size(name)
     return module, (torch.randn(1, 3, size, size),)
 
