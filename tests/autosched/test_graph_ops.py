@@ -76,6 +76,15 @@ CASES = [
                                 "coordinate_mode": "align_corners", "nearest_mode": "round_prefer_floor"}),
     ("resize", [(2, 6, 3)], {"shape": (2, 12, 3), "scales": (1, 2, 1), "mode": "linear",
                              "coordinate_mode": "pytorch_half_pixel", "nearest_mode": "round_prefer_floor"}),
+    *[(kind, [(3, 17)], {}) for kind in ("negative", "abs", "exp", "floor", "ceil", "round", "softplus", "sign")],
+    ("mod", [(3, 8), (8,)], {}),
+    ("fmod", [(3, 8), (3, 1)], {}),
+    ("prelu", [(2, 5, 4), (4,)], {}),
+    ("tile", [(2, 3)], {"repeats": (3, 2)}),
+    ("cumsum", [(2, 7, 3)], {"axis": 1, "exclusive": True, "reverse": True}),
+    ("arg_reduce", [(4, 9)], {"axis": 1, "largest": True, "keepdims": False, "select_last": False}),
+    ("topk_rank", [(3, 6)], {"axis": -1, "largest": False}),
+    ("reduce_prod", [(2, 5, 3)], {"axis": 1, "keepdims": False}),
 ]
 
 
