@@ -218,12 +218,17 @@ class GraphBuilder:
         return node
 
     def op(self, kind: str, inputs: Sequence[Node], name: str | None = None, **attrs) -> Node:
-        """A node of operator ``kind``; its shape comes from building its tensor."""
+        """A node of operator ``kind``; its shape comes from building its tensor. An operator
+        that leaves its input as it is (a pad or slice of nothing) is no node: the input is
+        returned (a subgraph whose output is one of its inputs has no ComputeDAG)."""
         d = opdef(kind)
         if d.arity is not None and len(inputs) != d.arity:
             raise ValueError(f"{kind} takes {d.arity} inputs, got {len(inputs)}")
         tensors = [ir.placeholder(p.shape, p.dtype, name=f"x{k}") for k, p in enumerate(inputs)]
         out = d.build(tensors, attrs, kind)
+        for p, t in zip(inputs, tensors):
+            if out is t:
+                return p
         return Node(kind, tuple(inputs), dict(attrs), tuple(out.shape), out.dtype, self._name(name or kind))
 
     def graph(self, outputs: Sequence[Node], name: str | None = None) -> Graph:

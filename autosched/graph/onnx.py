@@ -19,6 +19,7 @@ shape inference, so a converter that mistook a shape fails at import, not at run
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from .graph import Graph, topological_order
 from .onnx_layout import Builder, Value, identity
-from . import onnx_nn  # noqa: F401 - registers the window, normalisation and resize converters
+from . import onnx_index, onnx_nn, onnx_pointwise  # noqa: F401 - they register their converters
 from .onnx_ops import CONVERTERS, ONNX_DTYPES, OnnxNode, Unsupported
 
 #: the opsets of the default ONNX domain that the importer knows
@@ -119,9 +120,13 @@ def fix_input_shapes(model, input_shapes):
 
 
 def inferred_shapes(model) -> dict:
+    """ONNX's shape inference's static shapes by tensor name. Its data propagation (the values
+    of shape chains) materialises a Range's output whatever its length (10**12 elements of a
+    hostile model never end), so a model with a Range is inferred without it."""
     onnx = _onnx()
+    data_prop = not any(node.op_type == "Range" for node in model.graph.node)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
     except Exception:  # noqa: BLE001 - inference is a check; the conversion computes every shape itself
         return {}
     shapes = {}
@@ -142,16 +147,85 @@ def node_attributes(node) -> dict:
     return attrs
 
 
+#: the most elements a constant made at import may have (1 GiB of float32): a hostile model's
+#: ConstantOfShape of 10**12 elements is refused, not allocated
+MAX_FOLDED_ELEMENTS = 1 << 28
+
+#: why operators that have no converter have none (the rest: "no converter")
+_NOT_CONVERTED = {op: "its output's shape depends on run-time values"
+                  for op in ("Range", "NonZero", "Unique", "NonMaxSuppression", "Compress")}
+
+def _why_not_converted(op_type: str) -> str:
+    return _NOT_CONVERTED.get(op_type, "no converter")
+
+
+#: operators never evaluated at import: their subgraphs may read names from the enclosing
+#: graph, and a Loop's trip count may be any int64 (10**12 iterations would never end)
+_NOT_FOLDED = ("Loop", "Scan", "If", "SequenceMap")
+
+
+def _take_along_axis(node, inputs) -> list:
+    data, indices = np.asarray(inputs[0]), np.asarray(inputs[1], np.int64)
+    axis = int(node_attributes(node).get("axis", 0)) % data.ndim
+    return [np.take_along_axis(data, np.where(indices < 0, indices + data.shape[axis], indices), axis)]
+
+
+#: operators folded by numpy where the reference implementation fails (its GatherElements
+#: cannot take the indices of Hugging Face BERT's token types)
+_NUMPY_FOLDS = {"GatherElements": _take_along_axis}
+
+
 def fold_node(node, inputs, opset: int) -> list:
     """The outputs of a node whose ``inputs`` are all known (arrays, None where omitted),
-    computed by ONNX's reference implementation."""
+    computed by ONNX's reference implementation of the node's operator at ``opset`` (the
+    node is wrapped in a function: a bare NodeProto is evaluated at the newest opset, whose
+    Unsqueeze takes its axes as an input, not as the attribute of opset 9)."""
+    from onnx import helper
     from onnx.reference import ReferenceEvaluator
+    if node.op_type in _NOT_FOLDED:
+        raise Unsupported("control flow is not supported")
+    if node.op_type in _NUMPY_FOLDS:
+        return _NUMPY_FOLDS[node.op_type](node, inputs)
+    function = helper.make_function("autosched.fold", "fold", list(node.input), list(node.output), [node],
+                                    [helper.make_opsetid("", opset)])
     try:
-        evaluator = ReferenceEvaluator(node, opsets={"": opset})
+        evaluator = ReferenceEvaluator(function)
         feeds = {i: v for i, v in zip(node.input, inputs) if i}
-        return list(evaluator.run(None, feeds))
+        return list(evaluator.run(None, feeds, attributes={}))
     except Exception as err:  # noqa: BLE001 - any failure means we cannot fold it
         raise Unsupported(f"constant folding failed ({type(err).__name__}: {str(err)[:120]})") from None
+
+
+def check_model(model) -> None:
+    """Refuse an invalid model before converting anything, as onnxruntime does: a name that
+    two writers write (the last would silently win), a node that reads a name nothing
+    writes, and a node that reads a later node's output (a cycle, or nodes out of order).
+    (ONNX's checker also demands shapes on every output, which real exports omit.)"""
+    graph = model.graph
+    writers = defaultdict(list)
+    for name in [t.name for t in graph.initializer] + [i.name for i in _runtime_inputs(model)]:
+        writers[name].append("an initializer or input")
+    names = [node.name or f"{node.op_type}_{k}" for k, node in enumerate(graph.node)]
+    for name, node in zip(names, graph.node):
+        for o in node.output:
+            if o:
+                writers[o].append(f"node '{name}'")
+    twice = {name: who for name, who in writers.items() if len(who) > 1}
+    if twice:
+        name, who = next(iter(twice.items()))
+        raise ValueError(f"invalid ONNX model: '{name}' is written by {' and '.join(who)} "
+                         f"({len(twice)} name{'s' if len(twice) > 1 else ''} written more than once)")
+    written = {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    for name, node in zip(names, graph.node):
+        for i in node.input:
+            if i and i not in written:
+                why = "a later node writes it (a cycle, or nodes out of order)" if i in writers else \
+                    "no node, initializer or input writes it"
+                raise ValueError(f"invalid ONNX model: node '{name}' ({node.op_type}) reads '{i}', but {why}")
+        written.update(node.output)
+    for o in graph.output:
+        if o.name not in written:
+            raise ValueError(f"invalid ONNX model: the graph output '{o.name}' is written by no node")
 
 
 class _Importer:
@@ -165,6 +239,10 @@ class _Importer:
         self.unsupported: dict = defaultdict(list)
         self.poisoned: set = set()
         self.inferred = inferred_shapes(model)
+        #: the shapes the model itself declares (value_info, outputs): a contradiction there
+        #: is the model's, not the importer's
+        self.declared = {vi.name: shape for vi in list(model.graph.value_info) + list(model.graph.output)
+                         if (shape := _static_shape(vi)) is not None}
         self._used = defaultdict(int)
         for node in model.graph.node:
             for i in node.input:
@@ -210,13 +288,9 @@ class _Importer:
         ins = [i for i in node.input if i]
         if any(i in self.poisoned for i in ins):
             if node.op_type not in CONVERTERS:
-                self.unsupported[(node.op_type, "no converter")].append(name)
+                self.unsupported[(node.op_type, _why_not_converted(node.op_type))].append(name)
             self.poisoned.update(node.output)
             return
-        missing = [i for i in ins if i not in self.values]
-        if missing:
-            raise ValueError(f"node '{name}' ({node.op_type}) reads {missing}, which no earlier node, initializer "
-                             "or input provides: the model is not topologically sorted or is malformed")
         if node.domain not in _DEFAULT_DOMAINS:
             self._refuse(node, name, f"operator of the domain '{node.domain}'")
             return
@@ -229,7 +303,7 @@ class _Importer:
             elif node.op_type in CONVERTERS:
                 outputs = CONVERTERS[node.op_type](self.builder, self._onnx_node(node, name, inputs))
             else:
-                self._refuse(node, name, "no converter")
+                self._refuse(node, name, _why_not_converted(node.op_type))
                 return
         except Unsupported as err:
             self._refuse(node, name, str(err))
@@ -248,7 +322,22 @@ class _Importer:
                         [self._used[o] > 0 for o in node.output])
 
     def _fold(self, node, inputs) -> list:
+        size = self._folded_size(node, inputs)
+        if size > MAX_FOLDED_ELEMENTS:
+            raise Unsupported(f"folding it would make a constant of {size} elements (at most {MAX_FOLDED_ELEMENTS})")
         return fold_node(node, inputs, self.opset)
+
+    def _folded_size(self, node, inputs) -> int:
+        """The elements of the largest output folding ``node`` makes, known before it is
+        evaluated: from shape inference, or from the inputs of the operators whose output's
+        size is their input's value (ConstantOfShape, Range)."""
+        sizes = [math.prod(self.inferred[o]) for o in node.output if o in self.inferred]
+        if node.op_type == "ConstantOfShape":
+            sizes.append(math.prod(int(d) for d in np.ravel(inputs[0])))
+        elif node.op_type == "Range":
+            start, limit, delta = (float(np.ravel(v)[0]) for v in inputs[:3])
+            sizes.append(max(0, math.ceil((limit - start) / delta)) if delta else 0)
+        return max(sizes, default=0)
 
     @staticmethod
     def _shape_of(node, value: Value) -> np.ndarray:
@@ -263,6 +352,9 @@ class _Importer:
         got = value.onnx_shape if isinstance(value, Value) else tuple(np.shape(value))
         want = self.inferred.get(out_name)
         if want is not None and tuple(want) != tuple(got):
+            if self.declared.get(out_name) == tuple(want):
+                raise ValueError(f"the model declares '{out_name}' with shape {tuple(want)}, but node '{name}' "
+                                 f"({node.op_type}) computes {tuple(got)}: its declared shapes contradict its nodes")
             raise RuntimeError(f"importing node '{name}' ({node.op_type}): output '{out_name}' has shape {got}, "
                                f"ONNX shape inference says {want}; this is a bug of the importer")
 
@@ -290,6 +382,7 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     if opset not in OPSETS:
         raise ValueError(f"the model uses opset {opset} of the default ONNX domain; autosched imports opsets "
                          f"{OPSETS.start} to {OPSETS.stop - 1} (convert it with onnx.version_converter)")
+    check_model(model)
     model = fix_input_shapes(model, input_shapes)
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
@@ -297,4 +390,4 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     return _Importer(model, opset, name).run()
 
 
-__all__ = ["from_onnx", "load_model", "model_opset", "UnsupportedModelError", "OPSETS"]
+__all__ = ["from_onnx", "load_model", "model_opset", "check_model", "UnsupportedModelError", "OPSETS"]

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from .onnx_layout import Value, channel_last, identity
+from ..ops.indexing import MAX_PRODUCT_EXTENT
 from .onnx_ops import Unsupported, as_ints, converts
 
 
@@ -197,30 +198,115 @@ def _softmax(b, n):
     return [Value(b.reshape(y, x.onnx_shape, f"{n.name}_out"), identity(x.rank))]
 
 
-_REDUCERS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
-
-
-@converts(*_REDUCERS)
-def _reduce(b, n):
-    x = n.runtime_input(0)
+def _reduce_axes(n, x: Value):
+    """The ONNX axes a reduction node reduces (sorted), or None for a no-op."""
     axes_as_input = n.opset >= 18 or (n.op_type == "ReduceSum" and n.opset >= 13)
     axes = n.const_input(1, "axes") if axes_as_input else n.attr("axes")
     if axes is None or np.size(axes) == 0:
         if n.attr("noop_with_empty_axes", 0):
-            return [x]
+            return None
         axes = range(x.rank)
-    onnx_axes = sorted({int(a) % x.rank for a in np.ravel(axes)})
-    keepdims = bool(n.attr("keepdims", 1))
-    y = b.op("reduce", [x.node], n.name, axes=tuple(x.graph_axis(a) for a in onnx_axes),
-             reducer=_REDUCERS[n.op_type], keepdims=keepdims)
+    return sorted({int(a) % x.rank for a in np.ravel(axes)})
+
+
+def _reduced(b, x: Value, onnx_axes, reducer: str, keepdims: bool, name: str) -> Value:
+    y = b.op("reduce", [x.node], name, axes=tuple(x.graph_axis(a) for a in onnx_axes), reducer=reducer,
+             keepdims=keepdims)
     if keepdims:
-        return [Value(y, x.perm)]
+        return Value(y, x.perm)
     kept = [a for a in x.perm if a not in onnx_axes]
-    return [Value(y, tuple(sorted(kept).index(a) for a in kept))]
+    return Value(y, tuple(sorted(kept).index(a) for a in kept))
 
 
-@converts("Resize")
+_REDUCERS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
+#: reductions of a map of the input, then a map of the result: (before, reducer, after)
+_MAPPED_REDUCERS = {"ReduceL1": ("abs", "sum", None), "ReduceL2": ("square", "sum", "sqrt"),
+                    "ReduceSumSquare": ("square", "sum", None), "ReduceLogSum": (None, "sum", "log"),
+                    "ReduceLogSumExp": ("exp", "sum", "log")}
+
+
+def _product(b, x: Value, onnx_axes, keepdims: bool, name: str) -> Value:
+    for k, a in enumerate(reversed(onnx_axes)):      # from the last axis, so the others keep their place
+        if x.onnx_shape[a] > MAX_PRODUCT_EXTENT:
+            raise Unsupported(f"a product over {x.onnx_shape[a]} elements (at most {MAX_PRODUCT_EXTENT})")
+        y = b.op("reduce_prod", [x.node], f"{name}_{k}", axis=x.graph_axis(a), keepdims=keepdims)
+        x = Value(y, x.perm if keepdims else tuple(p - (p > a) for p in x.perm if p != a))
+    return x
+
+
+@converts(*_REDUCERS, *_MAPPED_REDUCERS, "ReduceProd")
+def _reduce(b, n):
+    x = n.runtime_input(0)
+    onnx_axes = _reduce_axes(n, x)
+    if onnx_axes is None:
+        return [x]
+    keepdims = bool(n.attr("keepdims", 1))
+    if n.op_type in _REDUCERS:
+        return [_reduced(b, x, onnx_axes, _REDUCERS[n.op_type], keepdims, n.name)]
+    if n.op_type == "ReduceProd":
+        return [_product(b, x, onnx_axes, keepdims, n.name)]
+    if not x.dtype.startswith("float"):
+        raise Unsupported(f"an input of dtype {x.dtype}")
+    before, reducer, after = _MAPPED_REDUCERS[n.op_type]
+    if before == "square":
+        x = Value(b.op("multiply", [x.node, x.node], f"{n.name}_square"), x.perm)
+    elif before is not None:
+        x = Value(b.op(before, [x.node], f"{n.name}_{before}"), x.perm)
+    y = _reduced(b, x, onnx_axes, reducer, keepdims, n.name if after is None else f"{n.name}_{reducer}")
+    return [y if after is None else Value(b.op(after, [y.node], n.name), y.perm)]
+
+
+def _normalised(b, x: Value, axes: tuple, eps: float, name: str) -> Value:
+    """``(x - mean) / sqrt(var + eps)`` over the graph axes ``axes`` of ``x``'s node."""
+    mean = b.op("reduce", [x.node], f"{name}_mean", axes=axes, reducer="mean", keepdims=True)
+    centred = b.op("subtract", [x.node, mean], f"{name}_centred")
+    square = b.op("multiply", [centred, centred], f"{name}_square")
+    var = b.op("reduce", [square], f"{name}_var", axes=axes, reducer="mean", keepdims=True)
+    std = b.op("sqrt", [b.op("scalar", [var], f"{name}_eps", op="+", value=eps)], f"{name}_std")
+    return Value(b.op("divide", [centred, std], f"{name}_norm"), x.perm)
+
+
+def _affine(b, x: Value, scale, bias, name: str) -> Value:
+    """``x · scale + bias``, the two per channel (ONNX axis 1)."""
+    axis = x.graph_axis(1)
+    shape = [1] * x.rank
+    shape[axis] = x.onnx_shape[1]
+    gamma = b.const(np.asarray(scale, np.float32).reshape(shape), f"{name}_scale")
+    beta = b.const(np.asarray(bias, np.float32).reshape(shape), f"{name}_bias")
+    y = b.op("multiply", [x.node, gamma], f"{name}_mul")
+    return Value(b.op("add", [y, beta], name), x.perm)
+
+
+@converts("InstanceNormalization")
+def _instance_norm(b, n):
+    x = n.runtime_input(0)
+    if x.rank < 3:
+        raise Unsupported(f"a {x.rank}-d input")
+    scale, bias = n.const_input(1, "scale"), n.const_input(2, "bias")
+    y = _normalised(b, x, tuple(x.graph_axis(a) for a in range(2, x.rank)), float(n.attr("epsilon", 1e-5)),
+                    n.name)
+    return [_affine(b, y, scale, bias, n.name)]
+
+
+@converts("GroupNormalization")
+def _group_norm(b, n):
+    """Channels in ``num_groups`` groups, each normalised over its channels and the spatial
+    axes; scale and bias per group (opset 18) or per channel (opset 21)."""
+    x = n.runtime_input(0)
+    groups = int(n.attr("num_groups"))
+    N, C = x.onnx_shape[:2]
+    scale, bias = (np.asarray(n.const_input(k, what), np.float32) for k, what in ((1, "scale"), (2, "bias")))
+    if scale.size == groups and groups != C:
+        scale, bias = np.repeat(scale, C // groups), np.repeat(bias, C // groups)
+    rows = b.reshape(b.plain(x), (N, groups, math.prod(x.onnx_shape[1:]) // groups), f"{n.name}_groups")
+    y = _normalised(b, Value(rows, identity(3)), (2,), float(n.attr("epsilon", 1e-5)), n.name)
+    back = Value(b.reshape(y.node, x.onnx_shape, f"{n.name}_ungroup"), identity(x.rank))
+    return [_affine(b, back, scale, bias, n.name)]
+
+
+@converts("Resize", "Upsample")
 def _resize(b, n):
+    """Resize, and opset 9's Upsample (Resize-10's inputs and coordinates under another name)."""
     x = n.runtime_input(0)
     mode = n.attr("mode", "nearest")
     if mode not in ("nearest", "linear"):

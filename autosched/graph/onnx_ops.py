@@ -203,7 +203,8 @@ def _pow(b, n):
 
 
 #: ONNX element types -> our dtypes (what inputs and casts may have)
-ONNX_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 5: "int16"}
+ONNX_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 5: "int16",
+               9: "bool"}
 
 
 @converts("Cast")
@@ -225,7 +226,7 @@ def _identity(b, n):
 
 def _dense(b, x: Value, weight: np.ndarray, name: str) -> Value:
     """x (..., K) · weight (N, K)ᵀ: the dense operator (its weight laid out once, at import)."""
-    node = b.op("dense", [b.plain(x), b.const(weight.astype(np.float32), f"{name}_weight")], name)
+    node = b.op("dense", [b.plain(x), b.const(np.asarray(weight, np.float32), f"{name}_weight")], name)
     return Value(node, identity(len(node.shape)))
 
 
@@ -270,8 +271,10 @@ def _gemm(b, n):
         raise Unsupported("Gemm needs a run-time A and a constant B")
     if n.attr("transA", 0):
         a = Value(b.op("transpose", [b.plain(a)], f"{n.name}_At", axes=(1, 0)), (0, 1))
-    w = np.asarray(w, np.float64)
-    weight = (w if n.attr("transB", 0) else w.T) * alpha
+    w = np.asarray(w, np.float32)                 # float32 throughout: a classifier's weight is 100s of MB
+    weight = w if n.attr("transB", 0) else w.T
+    if alpha != 1.0:
+        weight = weight * np.float32(alpha)        # one float32 rounding, as of the float64 product
     y = _dense(b, a, weight, n.name)
     if c is None or beta == 0.0:
         return [y]

@@ -20,7 +20,7 @@ import ir
 from ir.tensor import as_int
 from .. import ops
 from ..ops import reference as R
-from ..ops import winograd
+from ..ops import indexing, pointwise, winograd
 from ..ops.elementwise import unary
 
 ELEMWISE, BROADCAST, INJECTIVE, REDUCE, ANCHOR = 0, 1, 2, 3, 4
@@ -176,6 +176,15 @@ _register("batch_norm", BROADCAST,
           lambda t, a, name: ops.batch_norm(*t, eps=a.get("eps", 1e-5), axis=a.get("axis", -1), name=name),
           lambda x, a: R.batch_norm(*x, a.get("eps", 1e-5), a.get("axis", -1)), 5)
 
+for _kind, (_fn, _reference, _) in pointwise.UNARY.items():
+    _register(_kind, ELEMWISE, lambda t, a, name, k=_kind: pointwise.pointwise(t[0], k, name),
+              lambda x, a, ref=_reference: ref(x[0]), 1)
+for _kind, (_fn, _reference) in pointwise.BINARY.items():
+    _register(_kind, BROADCAST, lambda t, a, name, k=_kind: pointwise.pointwise2(t[0], t[1], k, name),
+              lambda x, a, ref=_reference: ref(x[0], x[1]), 2)
+_register("where", BROADCAST, lambda t, a, name: pointwise.where(t[0], t[1], t[2], name),
+          lambda x, a: np.where(x[0], x[1], x[2]), 3)
+
 # data movement -----------------------------------------------------------------------------
 
 _register("reshape", INJECTIVE, lambda t, a, name: ops.reshape(t[0], a["shape"], name),
@@ -199,6 +208,13 @@ _register("resize", INJECTIVE,
           lambda t, a, name: ops.resize(t[0], a["shape"], a["scales"], a["mode"], a["coordinate_mode"],
                                         a["nearest_mode"], name),
           lambda x, a: R.resize(x[0], a["shape"], a["scales"], a["mode"], a["coordinate_mode"], a["nearest_mode"]), 1)
+
+_register("tile", INJECTIVE, lambda t, a, name: indexing.tile(t[0], a["repeats"], name),
+          lambda x, a: np.tile(x[0], a["repeats"]), 1)
+_register("gather_elements", INJECTIVE,
+          lambda t, a, name: indexing.gather_elements(t[0], t[1], a.get("axis", 0), name),
+          lambda x, a: np.take_along_axis(x[0], np.where(x[1] < 0, x[1] + x[0].shape[a.get("axis", 0)], x[1]),
+                                          a.get("axis", 0)), 2)
 
 # reductions --------------------------------------------------------------------------------
 
@@ -231,6 +247,23 @@ _register("reduce", REDUCE, lambda t, a, name: ops.reduce(t[0], a["axes"], a["re
 _register("lrn", REDUCE,
           lambda t, a, name: ops.lrn(t[0], a["size"], a["alpha"], a["beta"], a["bias"], a.get("axis", -1), name),
           lambda x, a: R.lrn(x[0], a["size"], a["alpha"], a["beta"], a["bias"], a.get("axis", -1)), 1)
+_register("cumsum", REDUCE,
+          lambda t, a, name: indexing.cumsum(t[0], a["axis"], a.get("exclusive", False), a.get("reverse", False),
+                                             name),
+          lambda x, a: indexing.cumsum_reference(x[0], a["axis"], a.get("exclusive", False),
+                                                 a.get("reverse", False)), 1)
+_register("arg_reduce", REDUCE,
+          lambda t, a, name: indexing.arg_reduce(t[0], a["axis"], a["largest"], a["keepdims"], a["select_last"],
+                                                 name),
+          lambda x, a: indexing.arg_reduce_reference(x[0], a["axis"], a["largest"], a["keepdims"],
+                                                     a["select_last"]), 1)
+_register("topk_rank", REDUCE, lambda t, a, name: indexing.topk_rank(t[0], a["axis"], a["largest"], name),
+          lambda x, a: indexing.topk_rank_reference(x[0], a["axis"], a["largest"]), 1)
+_register("topk_select", REDUCE,
+          lambda t, a, name: indexing.topk_select(t[0], t[1], a["k"], a["axis"], a["indices"], name),
+          lambda x, a: indexing.topk_select_reference(x[0], x[1], a["k"], a["axis"], a["indices"]), 2)
+_register("reduce_prod", INJECTIVE, lambda t, a, name: indexing.reduce_prod(t[0], a["axis"], a["keepdims"], name),
+          lambda x, a: np.prod(_f64(x[0]), axis=a["axis"], keepdims=a["keepdims"]), 1)
 
 
 def opdef(kind: str) -> OpDef:

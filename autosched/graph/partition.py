@@ -174,6 +174,11 @@ def _diamonds(graph: Graph, order: dict) -> dict[int, Node]:
     return member_of
 
 
+#: the most operators one fused group holds (Relay's ``max_fuse_depth``): a longer chain of
+#: elementwise operators is cut, so that no kernel's expressions nest thousands deep
+MAX_FUSE_DEPTH = 64
+
+
 def _fuse_groups(graph: Graph) -> list[list[Node]]:
     """The fused groups of ``graph``'s operator nodes (rules in the module docstring),
     each in topological order, ordered by their outputs."""
@@ -201,6 +206,8 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
                 if g["pattern"] <= INJECTIVE or (g["pattern"] == ANCHOR and pat <= BROADCAST):
                     joined = g
                     break
+        if joined is not None and len(joined["nodes"]) >= MAX_FUSE_DEPTH:
+            joined = None
         if joined is not None:
             joined["nodes"].append(n)
             joined["pattern"] = max(joined["pattern"], pat)
@@ -209,7 +216,8 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
         g = {"nodes": [n], "pattern": pat}
         if pat == REDUCE:
             for p in producers:
-                if eligible(p, n) and group_of[id(p)]["pattern"] <= INJECTIVE:
+                if eligible(p, n) and group_of[id(p)]["pattern"] <= INJECTIVE and \
+                        len(group_of[id(p)]["nodes"]) < MAX_FUSE_DEPTH:
                     src = group_of[id(p)]
                     g["nodes"] = sorted(src["nodes"] + g["nodes"], key=lambda x: order[id(x)])
                     for m in src["nodes"]:

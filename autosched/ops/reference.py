@@ -237,10 +237,14 @@ def batch_norm(x, gamma, beta, mean, var, eps, axis):
 # data movement -------------------------------------------------------------------------
 
 def gather(data, indices, axis):
-    """numpy.take with negative indices counted from the end, out-of-range ones clamped."""
+    """numpy.take with negative indices counted from the end; one out of range raises
+    IndexError (as the kernel and onnxruntime do)."""
     n = data.shape[axis]
     idx = np.asarray(indices, np.int64)
-    return np.take(np.asarray(data, F64), np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1), axis=axis)
+    idx = np.where(idx < 0, idx + n, idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"gather: an index outside [-{n}, {n}) for an axis of extent {n}")
+    return np.take(np.asarray(data, F64), idx, axis=axis)
 
 
 def strided_slice(x, begin, step, shape):

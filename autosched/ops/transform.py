@@ -111,7 +111,8 @@ def strided_slice(x, begin, step, shape, name: str = "strided_slice"):
 
 def gather(data, indices, axis: int = 0, name: str = "gather"):
     """``data`` indexed along ``axis`` by the integer tensor ``indices`` (numpy.take; negative
-    indices count from the end; indices out of range are clamped, so no read leaves ``data``)."""
+    indices count from the end). An index outside ``data`` makes the kernel raise IndexError
+    (lowering checks reads whose index comes from data), as onnxruntime refuses it."""
     ax = axis + data.ndim if axis < 0 else axis
     if not 0 <= ax < data.ndim:
         raise ValueError(f"{name}: axis {axis} is out of range for data of shape {data.shape}")
@@ -123,7 +124,6 @@ def gather(data, indices, axis: int = 0, name: str = "gather"):
     def body(*i):
         k = ir.cast(indices[i[ax:ax + r]], "int64")
         k = k + ir.cast(k < 0, "int64") * n      # arithmetic, not a select: the load stays unmasked
-        k = ir.min(ir.max(k, 0), n - 1)
         return data[(*i[:ax], k, *i[ax + r:])]
 
     return ir.compute(shape, body, name=name, tag="injective")

@@ -76,6 +76,15 @@ CASES = [
                                 "coordinate_mode": "align_corners", "nearest_mode": "round_prefer_floor"}),
     ("resize", [(2, 6, 3)], {"shape": (2, 12, 3), "scales": (1, 2, 1), "mode": "linear",
                              "coordinate_mode": "pytorch_half_pixel", "nearest_mode": "round_prefer_floor"}),
+    *[(kind, [(3, 17)], {}) for kind in ("negative", "abs", "exp", "floor", "ceil", "round", "softplus", "sign")],
+    ("mod", [(3, 8), (8,)], {}),
+    ("fmod", [(3, 8), (3, 1)], {}),
+    ("prelu", [(2, 5, 4), (4,)], {}),
+    ("tile", [(2, 3)], {"repeats": (3, 2)}),
+    ("cumsum", [(2, 7, 3)], {"axis": 1, "exclusive": True, "reverse": True}),
+    ("arg_reduce", [(4, 9)], {"axis": 1, "largest": True, "keepdims": False, "select_last": False}),
+    ("topk_rank", [(3, 6)], {"axis": -1, "largest": False}),
+    ("reduce_prod", [(2, 5, 3)], {"axis": 1, "keepdims": False}),
 ]
 
 
@@ -97,13 +106,18 @@ def test_cast_and_gather():
     np.testing.assert_array_equal(ex.run(v)[0], np.trunc(v))
 
 
-def test_gather_clamps_out_of_range_indices():
+def test_gather_counts_negative_indices_from_the_end_and_refuses_out_of_range_ones():
     b = G.GraphBuilder("g")
     table = b.const((5, 2), G.normal(1.0), "table")
     idx = b.input((4,), "idx", dtype="int64")
     ex = G.GraphExecutor(G.partition(b.graph([b.op("gather", [table, idx], axis=0)])), warn_untuned=False)
-    out = ex.run(np.array([-1, 7, -9, 2]))[0]
+    out = ex.run(np.array([-1, 4, -5, 2]))[0]
     np.testing.assert_allclose(out, table.value[[4, 4, 0, 2]])
+    for bad in (7, -9):
+        with pytest.raises(IndexError, match="outside it"):
+            ex.run(np.array([0, bad, 1, 2]))
+        with pytest.raises(IndexError):
+            G.run_reference(ex.graph, [np.array([0, bad, 1, 2])])
 
 
 WINDOWS = [

@@ -404,7 +404,7 @@ def test_opset_outside_the_supported_range():
 
 # the model zoo's light models -------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "densenet121", "inception_v2"])
 def test_light_models_match_onnxruntime(name):
     """The real architectures in the onnx wheel, weights made random (their ConstantOfShape
     weights are all 0.02, which would hide layout mistakes), default schedules, vs onnxruntime."""
@@ -466,3 +466,111 @@ def test_command_line_tunes_and_runs_a_model(tmp_path, monkeypatch, capsys, pool
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     assert main(["run", str(path), "--log-file", str(tmp_path / "missing.json")]) == 2
     assert "no tuning log" in capsys.readouterr().err
+
+
+def test_constant_folding_honours_the_opset():
+    """Opset 9's attribute forms (Unsqueeze axes, Slice starts/ends, Split split) on constants
+    fold with the opset-9 implementations (the newest opset's would reject the attributes)."""
+    nodes = [helper.make_node("Unsqueeze", ["c"], ["cu"], axes=[0, 2]),                 # (1, 6, 1)
+             helper.make_node("Slice", ["cu"], ["cs"], starts=[1], ends=[5], axes=[1]),   # (1, 4, 1)
+             helper.make_node("Split", ["cs"], ["c1", "c2"], axis=1, split=[1, 3]),
+             helper.make_node("Mul", ["x", "c2"], ["y"])]
+    model = make_model(nodes, {"x": (2, 3, 5)}, ["y"], {"c": w(6)}, opset=9)
+    check(model)
+
+
+def test_pad_of_nothing_between_operators_partitions():
+    """swin_t's exporter writes Pads of zero widths after a layer norm; the pad is no
+    operator, so its fused group does not end in its own input (ComputeDAG refused that)."""
+    nodes = [helper.make_node("Softmax", ["x"], ["r"]),
+             helper.make_node("Pad", ["r", "pads"], ["y"])]
+    check(make_model(nodes, {"x": (1, 4, 4, 3)}, ["y"], {"pads": i64(*[0] * 8)}, opset=17))
+
+
+@pytest.mark.parametrize("bad", [5, -6])
+def test_gather_out_of_range_raises_at_run_time(bad):
+    """onnxruntime refuses an id outside the table (INVALID_ARGUMENT); the kernel raised
+    nothing and read the last row."""
+    model = make_model([helper.make_node("Gather", ["table", "ids"], ["y"])], {"ids": ((1, 3), TensorProto.INT64)},
+                       ["y"], {"table": w(5, 4)})
+    graph = from_onnx(model)
+    ex = G.GraphExecutor(G.partition(graph), warn_untuned=False)
+    ok = np.array([[0, 4, -5]], np.int64)
+    np.testing.assert_allclose(ex.run(ok)[0], np.take(numpy_helper.to_array(model.graph.initializer[0]), ok, 0))
+    with pytest.raises(IndexError):
+        ex.run(np.array([[0, bad, 1]], np.int64))
+
+
+def test_ten_thousand_node_chain_imports_and_runs():
+    """No recursion proportional to the depth in import, partitioning or lowering: a chain of
+    150 elementwise nodes died with RecursionError; fused groups are cut at MAX_FUSE_DEPTH."""
+    n = 10_000
+    nodes = [helper.make_node("Neg" if k % 2 else "Sigmoid", [f"t{k}"], [f"t{k + 1}"]) for k in range(n)]
+    check(make_model(nodes, {"t0": (2, 3)}, [f"t{n}"]))
+
+
+def test_two_nodes_writing_one_name_are_refused():
+    """onnxruntime refuses such a model as invalid; the importer let the last writer win."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Sigmoid", ["x"], ["y"])]
+    with pytest.raises(ValueError, match="invalid ONNX model: 'y' is written by node 'Relu_0' and node 'Sigmoid_1'"):
+        from_onnx(make_model(nodes, {"x": (2, 2)}, ["y"]))
+
+
+@pytest.mark.parametrize("case", ["dangling", "cycle"])
+def test_dangling_names_and_cycles_are_refused(case):
+    if case == "dangling":
+        nodes = [helper.make_node("Add", ["x", "nowhere"], ["y"])]
+    else:
+        nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                 helper.make_node("Sigmoid", ["b"], ["y"])]
+    why = "no node, initializer or input writes it" if case == "dangling" else "a later node writes it"
+    with pytest.raises(ValueError, match=f"invalid ONNX model: node 'Add_0' \\(Add\\) reads '(nowhere|b)', but {why}"):
+        from_onnx(make_model(nodes, {"x": (2, 2)}, ["y"]))
+
+
+def test_loop_with_a_huge_trip_count_is_not_evaluated_at_import():
+    """A Loop of constant inputs and 10**12 iterations was folded at import and never ended."""
+    body = helper.make_graph([helper.make_node("Add", ["v", "one"], ["v_out"]),
+                              helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v", F, [1])],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_out", F, [1])])
+    nodes = [helper.make_node("Loop", ["n", "true", "v0"], ["v"], body=body),
+             helper.make_node("Add", ["x", "v"], ["y"])]
+    consts = {"n": np.array(10**12, np.int64), "true": np.array(True), "v0": np.zeros(1, np.float32),
+              "one": np.ones(1, np.float32)}
+    with pytest.raises(UnsupportedModelError, match="Loop: control flow is not supported"):
+        from_onnx(make_model(nodes, {"x": (1,)}, ["y"], consts))
+
+
+def test_a_graph_output_no_node_writes_is_refused():
+    """It ended in an AttributeError deep in the importer."""
+    model = make_model([helper.make_node("Relu", ["x"], ["r"])], {"x": (2, 2)}, ["y"])
+    with pytest.raises(ValueError, match="invalid ONNX model: the graph output 'y' is written by no node"):
+        from_onnx(model)
+
+
+def test_declared_shapes_that_contradict_the_nodes_are_the_models_error():
+    """It said "this is a bug of the importer"."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "test",
+                              [helper.make_tensor_value_info("x", F, [2, 2])],
+                              [helper.make_tensor_value_info("y", F, [3, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ValueError, match=r"declares 'y' with shape \(3, 3\), but node 'Relu_0' \(Relu\) computes"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("op, shape_or_bounds", [("ConstantOfShape", [i64(10**6, 10**6)]),
+                                                 ("Range", [np.array(0, np.int64), np.array(10**12, np.int64),
+                                                            np.array(1, np.int64)])])
+def test_huge_constants_are_not_made_at_import(op, shape_or_bounds):
+    """A model's own arithmetic on constants is evaluated at import; 10**12 elements of it
+    would exhaust memory before any error."""
+    names = [f"c{k}" for k in range(len(shape_or_bounds))]
+    nodes = [helper.make_node(op, names, ["big"]), helper.make_node("Cast", ["big"], ["bigf"], to=F),
+             helper.make_node("Add", ["x", "bigf"], ["y"])]
+    model = make_model(nodes, {"x": (1,)}, ["y"], dict(zip(names, shape_or_bounds)))
+    with pytest.raises(UnsupportedModelError, match=f"{op}: folding it would make a constant of 10+ elements"):
+        from_onnx(model)

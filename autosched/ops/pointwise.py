@@ -1,0 +1,116 @@
+"""Pointwise operators that exported models hold beside the activations: math functions
+(exp, log, floor, round...), comparisons and logic (bool results), Mod, PRelu and the
+three-way select ``where``.
+
+Each is declared once, in a table, with its expression and its numpy reference, so that
+the network graph (``autosched.graph.opdefs``) registers every one of them in a loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import ir
+
+from .elementwise import _broadcast_index, broadcast_shape, unary
+
+
+def _round_half_even(v):
+    """Round to the nearest integer, halves to the even one (ONNX Round, numpy.round)."""
+    r = ir.floor(v + 0.5)
+    halfway_odd = (r - v == 0.5) & (r - 2.0 * ir.floor(r * 0.5) == 1.0)
+    return r - ir.cast(halfway_odd, v.dtype)
+
+
+def _softplus(v):
+    """``log(1 + exp(v))`` without overflow: ``max(v, 0) + log(1 + exp(-|v|))``."""
+    return ir.max(v, ir.const(0.0, v.dtype)) + ir.log(1.0 + ir.exp(-ir.abs(v)))
+
+
+def _sign(v):
+    zero = ir.const(0, v.dtype)
+    return ir.cast(v > zero, v.dtype) - ir.cast(v < zero, v.dtype)
+
+
+def _np_softplus(x):
+    return np.logaddexp(0.0, np.asarray(x, np.float64))
+
+
+#: kind -> (expression of one element, numpy reference, needs a float operand)
+UNARY = {
+    "negative": (lambda v: -v, np.negative, False),
+    "abs": (ir.abs, np.abs, False),
+    "exp": (ir.exp, np.exp, True),
+    "log": (ir.log, np.log, True),
+    "floor": (ir.floor, np.floor, True),
+    "ceil": (ir.ceil, np.ceil, True),
+    "round": (_round_half_even, np.round, True),
+    "softplus": (_softplus, _np_softplus, True),
+    "sign": (_sign, np.sign, False),
+    "logical_not": (lambda v: ir.cast(v, "bool") == ir.const(False, "bool"), np.logical_not, False),
+    "isnan": (lambda v: v != v, np.isnan, True),
+}
+
+
+def pointwise(x, kind: str, name: str | None = None):
+    """``UNARY[kind]`` of every element of ``x``."""
+    fn, _, needs_float = UNARY[kind]
+    if needs_float and not x.dtype.startswith("float"):
+        raise ValueError(f"{name or kind}: needs a float tensor, got {x.dtype}")
+    return unary(x, fn, name or kind)
+
+
+def _float_mod(a, b):
+    """Python's modulo (the result has the divisor's sign): ONNX Mod with fmod=0."""
+    return a - b * ir.floor(a / b)
+
+
+def _c_fmod(a, b):
+    """C's fmod (the result has the dividend's sign): ONNX Mod with fmod=1."""
+    q = a / b
+    return a - b * ir.select(q < ir.const(0.0, q.dtype), ir.ceil(q), ir.floor(q))
+
+
+def _prelu(x, slope):
+    return ir.select(x < ir.const(0, x.dtype), x * slope, x)
+
+
+#: kind -> (expression of two elements, numpy reference)
+BINARY = {
+    "equal": (lambda a, b: a == b, np.equal),
+    "less": (lambda a, b: a < b, np.less),
+    "less_equal": (lambda a, b: a <= b, np.less_equal),
+    "greater": (lambda a, b: a > b, np.greater),
+    "greater_equal": (lambda a, b: a >= b, np.greater_equal),
+    "logical_and": (lambda a, b: a & b, np.logical_and),
+    "logical_or": (lambda a, b: a | b, np.logical_or),
+    "logical_xor": (lambda a, b: a != b, np.logical_xor),
+    "mod": (_float_mod, np.mod),
+    "fmod": (_c_fmod, np.fmod),
+    "prelu": (_prelu, lambda x, s: np.where(x < 0, x * s, x)),
+}
+
+
+def pointwise2(a, b, kind: str, name: str | None = None):
+    """``BINARY[kind]`` of ``a`` and ``b`` elementwise, numpy broadcasting."""
+    name = name or kind
+    if a.dtype != b.dtype:
+        raise ValueError(f"{name}: operands of dtypes {a.dtype} and {b.dtype}; expected one dtype")
+    if kind in ("mod", "fmod") and not a.dtype.startswith("float"):
+        raise ValueError(f"{name}: needs float operands, got {a.dtype}")
+    fn = BINARY[kind][0]
+    shape = broadcast_shape(a.shape, b.shape, name)
+    tag = "elemwise" if a.shape == b.shape else "broadcast"
+    return ir.compute(shape, lambda *i: fn(a[_broadcast_index(i, a.shape)], b[_broadcast_index(i, b.shape)]),
+                      name=name, tag=tag)
+
+
+def where(cond, x, y, name: str = "where"):
+    """``x`` where ``cond`` holds, else ``y`` (numpy.where), the three broadcast together."""
+    if cond.dtype != "bool":
+        raise ValueError(f"{name}: the condition must be bool, got {cond.dtype}")
+    if x.dtype != y.dtype:
+        raise ValueError(f"{name}: the values have dtypes {x.dtype} and {y.dtype}; expected one dtype")
+    shape = broadcast_shape(broadcast_shape(cond.shape, x.shape, name), y.shape, name)
+    return ir.compute(shape, lambda *i: ir.select(cond[_broadcast_index(i, cond.shape)],
+                                                  x[_broadcast_index(i, x.shape)], y[_broadcast_index(i, y.shape)]),
+                      name=name, tag="broadcast")

@@ -1,0 +1,234 @@
+"""Every model a user brings: does it import, run and match onnxruntime, and how fast is it
+before any tuning?
+
+The models: every torchvision classification model (``list_models(module=
+torchvision.models)``), the ``transformers`` models BertModel, RobertaModel,
+DistilBertModel, GPT2Model and ViTModel (default configurations, random weights; batch 1,
+sequence 128), all exported by PyTorch's exporter (``--exporter torchscript``, i.e.
+``dynamo=False``, opset 17; or ``--exporter dynamo``), and every ``light_*.onnx`` of the
+onnx wheel (random weights). Each model runs in a child process with a time and memory
+limit, so that one failure or hang never stops the bench. Per model one JSON row:
+
+- ``imports``: ``from_onnx`` and ``partition`` succeed (else ``error``: the first line of why);
+- ``matches_onnxruntime``: the largest error of any output relative to its largest
+  magnitude, ours (zero-trial programs) against onnxruntime on the same random inputs;
+  ``matches``: whether that is at most ``--tolerance``;
+- ``tasks``, ``import_s`` (import and partition), ``zero_trial_ms`` (one run with the
+  zero-trial programs) and ``onnxruntime_ms`` (2 intra-op threads);
+- with ``--time``: ``zero_trial_s`` (the time to get the zero-trial programs, cold: an empty
+  records database) and ``zero_trial_warm_s`` (a second process with that database),
+  ``openvino_ms`` (OpenVINO CPU, 2 threads, f32 precision hint) and the ratios.
+
+The summary line says ``N/M models import, run and match onnxruntime``; ``--import-only``
+skips running programs; ``--default-schedules`` runs default schedules instead of the
+zero-trial programs (the row's ``programs`` says which; minutes instead of hours for every
+model); ``--models a,b,c`` selects; ``--smoke`` runs two tiny models (default schedules).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import common  # noqa: E402 - bench/ on the path first
+import torch_models  # noqa: E402
+
+THREADS = 2
+SMOKE_MODELS = ("light_squeezenet", "tiny_bert")
+
+
+def model_names(exporter_needed: bool = True) -> list[str]:
+    """torchvision's classification models, the five transformers models, the light models."""
+    from autosched.graph.onnx_zoo import light_model_names
+    names = []
+    if exporter_needed:
+        names += torch_models.torchvision_names() + list(torch_models.TRANSFORMERS)
+    return names + [f"light_{n}" for n in light_model_names()]
+
+
+def model_file(name: str, exporter: str, directory: str) -> str:
+    """The ONNX file of a model of the bench, written in ``directory`` (``tiny_<transformers
+    name>``: a tiny config, sequence 8, for the smoke run)."""
+    path = os.path.join(directory, f"{name}.onnx")
+    if name.startswith("light_"):
+        import onnx
+        from autosched.graph.onnx_zoo import light_model, with_random_weights
+        onnx.save(with_random_weights(light_model(name[len("light_"):]), seed=0), path)
+        return path
+    if name.startswith("tiny_"):
+        module, example = torch_models.transformers_model(name[len("tiny_"):], tiny=True, sequence=8)
+    elif name in torch_models.TRANSFORMERS:
+        module, example = torch_models.transformers_model(name)
+    else:
+        module, example = torch_models.torchvision_model(name)
+    return torch_models.export_onnx_file(module, example, path, exporter)
+
+
+def _relative_error(ours, theirs) -> float:
+    import numpy as np
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        scale = float(np.max(np.abs(b))) or 1.0
+        worst = max(worst, float(np.max(np.abs(np.asarray(a, np.float64) - b))) / scale)
+    return worst
+
+
+def _onnxruntime(path: str):
+    """``run(*arrays)``: the model in an onnxruntime CPU session, 2 intra-op threads (from
+    the file: a model over 2 GiB keeps its weights beside it)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.log_severity_level = 3
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return lambda *arrays: session.run(None, dict(zip(names, arrays)))
+
+
+def _openvino(path: str):
+    """``run(*arrays)``: the model compiled by OpenVINO for the CPU, 2 threads, f32."""
+    import openvino as ov
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), "CPU",
+                                  {"INFERENCE_NUM_THREADS": THREADS, "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    return lambda *arrays: request.infer(list(arrays))
+
+
+def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial: bool = True) -> None:
+    """Fill in one model's ``row`` (in the child process; an exception leaves what was found).
+    Without ``zero_trial`` the programs are default schedules (the smoke run's seconds)."""
+    import warnings
+    from autosched import graph as G
+    from autosched.graph.onnx_baselines import seconds_per_call
+    name = row["workload"]
+    row.update(exporter=None if name.startswith("light_") else exporter, imports=False)
+    with tempfile.TemporaryDirectory(prefix="model_coverage_") as tmp:
+        path = model_file(name, exporter, tmp)
+        t0 = time.perf_counter()
+        graph = G.from_onnx(path, name=name)
+        part = G.partition(graph)
+        row.update(imports=True, import_s=time.perf_counter() - t0, tasks=len(part.tasks))
+        if import_only:
+            return
+        inputs = graph.random_inputs(0)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            executor = G.GraphExecutor(part, warn_untuned=False, base_model="default" if zero_trial else None)
+        row["programs"] = "zero-trial" if zero_trial else "default"
+        row["zero_trial_s" if zero_trial else "build_s"] = time.perf_counter() - t0
+        ours = executor.run(*inputs)
+        ort = _onnxruntime(path)
+        row["matches_onnxruntime"] = _relative_error(ours, ort(*inputs))
+        ours_ms = 1e3 * executor.benchmark(*inputs, repeat=5)["median"]
+        row["zero_trial_ms" if zero_trial else "default_ms"] = ours_ms
+        row["onnxruntime_ms"] = 1e3 * seconds_per_call(lambda: ort(*inputs), repeat=5)
+        row["vs_onnxruntime"] = row["onnxruntime_ms"] / ours_ms
+        if timed:
+            openvino = _openvino(path)
+            row["openvino_ms"] = 1e3 * seconds_per_call(lambda: openvino(*inputs), repeat=5)
+            row["vs_openvino"] = row["openvino_ms"] / ours_ms
+
+
+def _limit_memory(gigabytes: float):
+    def apply():
+        limit = int(gigabytes * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+def run_child(name: str, args, records_db: str | None, import_only: bool) -> dict:
+    """The row of ``name`` from a child process under ``--timeout`` and ``--memory-gb``; a
+    crash, a timeout or a memory-limit hit is a row with the reason."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--exporter", args.exporter]
+    cmd += ["--import-only"] if import_only else []
+    cmd += ["--time"] if args.time else []
+    cmd += ["--default-schedules"] if args.default_schedules else []
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), AUTOSCHED_RECORDS_DB=records_db or "off")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env,
+                              preexec_fn=_limit_memory(args.memory_gb))
+    except subprocess.TimeoutExpired:
+        return {"workload": name, "imports": False, "error": f"timed out after {args.timeout} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    tail = [ln for ln in done.stderr.splitlines() if ln.strip()][-1:] or [f"exit code {done.returncode}"]
+    memory = "MemoryError" in done.stderr or "Cannot allocate memory" in done.stderr
+    return {"workload": name, "imports": False,
+            "error": f"memory limit of {args.memory_gb} GiB hit" if memory else tail[0][:300]}
+
+
+def child(args) -> None:
+    """Measure one model here and print its row (an error as a row too)."""
+    row = {"workload": args.child}
+    try:
+        measure(row, args.exporter, args.import_only, args.time, zero_trial=not args.default_schedules)
+    except Exception as err:  # noqa: BLE001 - any failure is the row's finding
+        lines = str(err).strip().splitlines()
+        row["error"] = (f"{type(err).__name__}: " + " / ".join(ln.strip() for ln in lines[:4]))[:600]
+    print(json.dumps(row), flush=True)
+
+
+def _geomean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[common.bench_args()])
+    parser.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
+                        help="torch.onnx.export(dynamo=False) (default) or dynamo=True")
+    parser.add_argument("--models", help="comma-separated model names (default: all)")
+    parser.add_argument("--import-only", action="store_true", help="import and partition; run nothing")
+    parser.add_argument("--default-schedules", action="store_true",
+                        help="run default schedules, not the zero-trial programs (fast; for correctness)")
+    parser.add_argument("--time", action="store_true",
+                        help="also the time to get the zero-trial programs (cold and warm) and OpenVINO")
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest relative error that matches")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
+    parser.add_argument("--memory-gb", type=float, default=12.0, help="address-space limit per model")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.default_schedules = args.default_schedules or args.smoke
+    if args.child:
+        child(args)
+        return 0
+    names = list(SMOKE_MODELS) if args.smoke else (args.models.split(",") if args.models else model_names())
+    say = (lambda *a, **k: None) if args.json_only else print
+    rows = []
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="model_coverage_") as tmp:
+            db = os.path.join(tmp, "records.db") if args.time else None
+            row = run_child(name, args, db, args.import_only)
+            if args.time and not args.default_schedules and row.get("imports") and "error" not in row:
+                warm = run_child(name, args, db, False)
+                row["zero_trial_warm_s"] = warm.get("zero_trial_s")
+        row["matches"] = None if args.import_only else (row.get("matches_onnxruntime") is not None
+                                                         and row["matches_onnxruntime"] <= args.tolerance)
+        rows.append(row)
+        say(json.dumps(row), flush=True)
+    good = [r for r in rows if r.get("imports") and (args.import_only or r["matches"])]
+    what = "import" if args.import_only else "import, run and match onnxruntime"
+    say(f"{len(good)}/{len(rows)} models {what}")
+    programs = "default schedules" if args.default_schedules else "zero-trial"
+    for baseline, key in (("onnxruntime", "vs_onnxruntime"), ("OpenVINO", "vs_openvino")):
+        mean = _geomean(r.get(key) for r in good)
+        if mean:
+            say(f"geometric mean of {programs} vs {baseline}: {mean:.2f}x")
+    common.emit_json("model_coverage", rows)
+    return 0 if len(good) == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
