@@ -305,10 +305,11 @@ class GraphExecutor:
             np.copyto(self._buffers[id(node)], x, casting="same_kind")
 
     def run(self, *inputs) -> list[np.ndarray]:
-        """The network's outputs on ``inputs`` (copies)."""
+        """The network's outputs on ``inputs`` (copies, in the original graph's output dtypes)."""
         self._set_inputs(inputs)
         self._run()
-        return [self._buffers[id(o)].copy() for o in self.graph.outputs]
+        return [self._buffers[id(o)].astype(dtype) for o, dtype in
+                zip(self.graph.outputs, self.partitioned.original.output_dtypes)]
 
     def benchmark(self, *inputs, repeat: int = 10, min_repeat_ms: float = 0.0) -> dict:
         """End-to-end seconds per run: median (and all) of ``repeat`` timed runs after one

@@ -90,12 +90,18 @@ def topological_order(outputs: Sequence[Node]) -> list[Node]:
 
 
 class Graph:
-    """A network: ``inputs`` (graph input nodes, in call order) and ``outputs``."""
+    """A network: ``inputs`` (graph input nodes, in call order) and ``outputs``.
+    ``output_dtypes``: the dtypes a run returns its outputs in where they differ from the
+    nodes' (a float16 model computed in float32); default the nodes' own."""
 
-    def __init__(self, inputs: Sequence[Node], outputs: Sequence[Node], name: str = "network"):
+    def __init__(self, inputs: Sequence[Node], outputs: Sequence[Node], name: str = "network",
+                 output_dtypes: Sequence[str] | None = None):
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.name = name
+        self.output_dtypes = list(output_dtypes) if output_dtypes is not None else [o.dtype for o in self.outputs]
+        if len(self.output_dtypes) != len(self.outputs):
+            raise ValueError(f"graph '{name}': {len(self.output_dtypes)} output dtypes for {len(self.outputs)} outputs")
         self.nodes = topological_order(self.outputs)
         ids = {id(n) for n in self.nodes}
         for n in self.nodes:

@@ -25,6 +25,7 @@ from collections import defaultdict
 import numpy as np
 
 from .graph import Graph, topological_order
+from .onnx_fp16 import as_float32
 from .onnx_layout import Builder, Value, identity
 from . import onnx_nn  # noqa: F401 - registers the window, normalisation and resize converters
 from .onnx_ops import CONVERTERS, ONNX_DTYPES, OnnxNode, Unsupported
@@ -157,8 +158,9 @@ def fold_node(node, inputs, opset: int) -> list:
 class _Importer:
     """One model's conversion: values by ONNX name, unsupported nodes collected."""
 
-    def __init__(self, model, opset: int, name: str):
+    def __init__(self, model, opset: int, name: str, output_dtypes: dict):
         self.model = model
+        self.output_dtypes = output_dtypes
         self.opset = opset
         self.builder = Builder(name)
         self.values: dict = {}
@@ -194,7 +196,8 @@ class _Importer:
         if self.unsupported:
             raise self._error()
         reached = {id(n) for n in topological_order(outputs)}   # inputs no output depends on are left out
-        return Graph([i for i in inputs if id(i) in reached], outputs, self.builder.graph_builder.name)
+        return Graph([i for i in inputs if id(i) in reached], outputs, self.builder.graph_builder.name,
+                     [self.output_dtypes.get(o.name, n.dtype) for o, n in zip(graph.output, outputs)])
 
     def _error(self) -> UnsupportedModelError:
         lines = []
@@ -283,7 +286,8 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     """The ``Graph`` of an ONNX model (a path, bytes or an ``onnx.ModelProto``), channel-last,
     constants folded. Its inputs and outputs keep the model's names, order and (channel-first)
     shapes. ``input_shapes``: static shapes for inputs whose shape the model leaves open
-    (e.g. ``{"input_ids": (1, 128)}``). Raises ``UnsupportedModelError`` listing every
+    (e.g. ``{"input_ids": (1, 128)}``). A float16 model is computed in float32 and returns
+    float16 outputs (``onnx_fp16``). Raises ``UnsupportedModelError`` listing every
     operator it cannot import."""
     model = load_model(model_or_path)
     opset = model_opset(model)
@@ -291,10 +295,11 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
         raise ValueError(f"the model uses opset {opset} of the default ONNX domain; autosched imports opsets "
                          f"{OPSETS.start} to {OPSETS.stop - 1} (convert it with onnx.version_converter)")
     model = fix_input_shapes(model, input_shapes)
+    model, float16_io = as_float32(model)
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
                                     if isinstance(model_or_path, (str, os.PathLike)) else "onnx_model")
-    return _Importer(model, opset, name).run()
+    return _Importer(model, opset, name, float16_io["outputs"]).run()
 
 
 __all__ = ["from_onnx", "load_model", "model_opset", "UnsupportedModelError", "OPSETS"]
