@@ -450,9 +450,13 @@ def cmd_tune_network(args) -> int:
 def _import_model(path: str, shapes):
     """The model at ``path`` as a graph; a model we cannot convert is a one-line error."""
     try:
-        return graph.from_onnx(path, dict(shapes))
+        model = graph.from_onnx(path, dict(shapes))
     except (graph.UnsupportedModelError, ValueError) as err:
         raise UsageError(str(err)) from None
+    if isinstance(model, graph.DynamicModel):
+        raise UsageError(f"the model's inputs {model.describe_open_axes()} have no static shape; give them with "
+                         "--input-shape NAME=DIMS")
+    return model
 
 
 def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:

@@ -19,6 +19,7 @@ from evolution import SearchParams, SketchPolicy
 from task_scheduler import PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
+from .graph.dynamic import expand_open_models
 from .measure import LocalBuilder, LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .records import RecordToFile
@@ -114,9 +115,10 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, winograd: bool = True,
                   callbacks=None, hardware: ir.HardwareParams | None = None, verbose: int = 1, base_model="default",
                   records_db="default", time_budget_s: float | None = None,
-                  retime_best: int = RETIME_BEST) -> NetworkTuneResult:
+                  retime_best: int = RETIME_BEST, input_shapes=None) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
-    ``PartitionedGraph``, or a list of them) with ``trials`` measurements in all (default
+    ``PartitionedGraph``, a ``graph.DynamicModel`` (a model with open axes), or a list of
+    them) with ``trials`` measurements in all (default
     1000 × the number of tasks, as the paper), ``measure_batch`` per round.
 
     ``objective``: "latency" (f1: the summed latency of the networks, default),
@@ -132,13 +134,15 @@ def tune_networks(networks, trials: int | None = None, *, objective="latency", l
     (no round starts that would end after it, judged by the rounds so far), whatever ``trials`` allows.
     ``retime_best``: as ``auto_schedule``'s (each task measured in this run has its
     fastest programs re-timed in turns at the end: a few seconds a task, after the budget).
+    ``input_shapes``: the shapes to tune each ``DynamicModel`` for (a dict {input: shape} or a list
+    of them; each set of shapes is one network of the result).
     Deterministic for a ``seed`` given the same measurements (a time budget is not).
 
     The default ``runner`` times programs as they run in the model: with their weights
     evicted from the caches when the networks' weights exceed the last-level cache
     (``weights_exceed_cache``; ``LocalRunner(cold_constants=True)``), else warm."""
     log = RecordToFile(log_file) if log_file else None
-    nets = networks if isinstance(networks, (list, tuple)) else [networks]
+    nets = expand_open_models(networks if isinstance(networks, (list, tuple)) else [networks], input_shapes)
     parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks, winograd) for n in nets]
     if not parts:
         raise ValueError("tune_networks needs at least one network")

@@ -1,4 +1,5 @@
-"""Models from ONNX files: ``from_onnx(model_or_path, input_shapes=None) -> Graph``.
+"""Models from ONNX files: ``from_onnx(model_or_path, input_shapes=None) -> Graph`` (or a
+``DynamicModel`` where the model leaves input axes open and no shapes are given).
 
 The model is parsed with the ``onnx`` package (an optional dependency, imported here only),
 its shapes inferred by ONNX's shape inference, and its nodes walked in order:
@@ -19,11 +20,13 @@ shape inference, so a converter that mistook a shape fails at import, not at run
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections import defaultdict
 
 import numpy as np
 
+from .dynamic import DynamicModel, declared_dims
 from .graph import Graph, topological_order
 from .onnx_fp16 import as_float32
 from .onnx_layout import Builder, Value, identity
@@ -282,24 +285,36 @@ class _Importer:
         return node
 
 
-def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None = None) -> Graph:
+def _import_graph(model, input_shapes: dict, name: str, opset: int, output_dtypes: dict) -> Graph:
+    return _Importer(fix_input_shapes(model, input_shapes), opset, name, output_dtypes).run()
+
+
+def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None = None) -> Graph | DynamicModel:
     """The ``Graph`` of an ONNX model (a path, bytes or an ``onnx.ModelProto``), channel-last,
     constants folded. Its inputs and outputs keep the model's names, order and (channel-first)
     shapes. ``input_shapes``: static shapes for inputs whose shape the model leaves open
-    (e.g. ``{"input_ids": (1, 128)}``). A float16 model is computed in float32 and returns
-    float16 outputs (``onnx_fp16``). Raises ``UnsupportedModelError`` listing every
-    operator it cannot import."""
+    (e.g. ``{"input_ids": (1, 128)}``; open axes of the same name take the same extent).
+    Without them, a model with open axes (a batch, a sequence) is returned as a
+    ``DynamicModel``, imported per set of shapes when run (``dynamic``). A float16 model is
+    computed in float32 and returns float16 outputs (``onnx_fp16``). Raises
+    ``UnsupportedModelError`` listing every operator it cannot import."""
     model = load_model(model_or_path)
     opset = model_opset(model)
     if opset not in OPSETS:
         raise ValueError(f"the model uses opset {opset} of the default ONNX domain; autosched imports opsets "
                          f"{OPSETS.start} to {OPSETS.stop - 1} (convert it with onnx.version_converter)")
-    model = fix_input_shapes(model, input_shapes)
     model, float16_io = as_float32(model)
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
                                     if isinstance(model_or_path, (str, os.PathLike)) else "onnx_model")
-    return _Importer(model, opset, name, float16_io["outputs"]).run()
+    import_graph = functools.partial(_import_graph, opset=opset, output_dtypes=float16_io["outputs"])
+    dynamic = DynamicModel(model, name, {i.name: declared_dims(i) for i in _runtime_inputs(model)},
+                           float16_io["outputs"], import_graph)
+    if not dynamic.open_axes:
+        return import_graph(model, input_shapes, name)
+    if not input_shapes:
+        return dynamic
+    return import_graph(model, dynamic.input_shapes(input_shapes), name)
 
 
 __all__ = ["from_onnx", "load_model", "model_opset", "UnsupportedModelError", "OPSETS"]
