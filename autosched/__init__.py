@@ -13,6 +13,7 @@ from .measure import (MAX_COST, BuildResult, DaskBuilder, DaskRunner, LocalBuild
                       MeasureInput, MeasureResult, ProgramMeasurer, TooManyMeasureErrors)
 from .workers import WorkerCrashed, WorkerPool, WorkerTimeout
 from . import graph
+from .graph import from_onnx, from_torch
 from .networks import NetworkTuneResult, tune_networks
 from .records import (NotATuningLog, RecordToFile, TuningRecord, UntunedWorkloadWarning, apply_history_best,
                       best_record, best_records, distill_records, load_records, read_records, save_records)
@@ -27,4 +28,4 @@ __all__ = ["ops", "__version__", "auto_schedule", "TuneResult", "generate_sketch
            "TuningRecord", "RecordToFile", "NotATuningLog", "load_records", "read_records", "save_records", "best_records",
            "best_record", "distill_records", "apply_history_best", "UntunedWorkloadWarning",
            # networks
-           "graph", "tune_networks", "NetworkTuneResult"]
+           "graph", "tune_networks", "NetworkTuneResult", "from_onnx", "from_torch"]

@@ -109,6 +109,35 @@ class DynamicModel:
         return f"DynamicModel({self.name}, open axes: {self.describe_open_axes()})"
 
 
+class ShapeCache:
+    """Values by key (the input shapes a model is run at), kept for the ``size`` most
+    recently used keys, the least recently used dropped first."""
+
+    def __init__(self, size: int):
+        if int(size) < 1:
+            raise ValueError(f"cache_size must be at least 1, got {size}")
+        self.size = int(size)
+        self._items: OrderedDict = OrderedDict()
+        #: values made so far (cache misses)
+        self.builds = 0
+
+    def get(self, key, make):
+        """The value of ``key``; on a miss ``make()``'s, kept."""
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = make()
+        self.builds += 1
+        self._items[key] = value
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return value
+
+    def keys(self) -> list:
+        """The cached keys, least recently used first."""
+        return list(self._items)
+
+
 class DynamicExecutor:
     """Runs a ``DynamicModel`` on arrays of any shape it accepts: ``run(*inputs)``. Each new
     set of input shapes gets its own ``GraphExecutor`` (``executor_kwargs``: its
@@ -117,33 +146,25 @@ class DynamicExecutor:
     used are kept, the least recently used one dropped first."""
 
     def __init__(self, model: DynamicModel, cache_size: int = 8, **executor_kwargs):
-        if int(cache_size) < 1:
-            raise ValueError(f"cache_size must be at least 1, got {cache_size}")
         self.model = model
-        self.cache_size = int(cache_size)
         self.executor_kwargs = executor_kwargs
-        self._cache: OrderedDict = OrderedDict()
-        #: executors built so far (cache misses)
-        self.builds = 0
+        self._cache = ShapeCache(cache_size)
+
+    @property
+    def builds(self) -> int:
+        """Executors built so far (one per cache miss)."""
+        return self._cache.builds
 
     @property
     def cached_shapes(self) -> list:
         """The input shapes with an executor in the cache, least recently used first."""
-        return [dict(zip(self.model.inputs, key)) for key in self._cache]
+        return [dict(zip(self.model.inputs, key)) for key in self._cache.keys()]
 
     def executor_for(self, input_shapes: dict) -> GraphExecutor:
         """The ``GraphExecutor`` for ``input_shapes`` (built on first use, then cached)."""
         shapes = self.model.input_shapes(input_shapes)
-        key = tuple(shapes.values())
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        executor = GraphExecutor(partition(self.model.graph(shapes)), **self.executor_kwargs)
-        self.builds += 1
-        self._cache[key] = executor
-        if len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-        return executor
+        return self._cache.get(tuple(shapes.values()),
+                               lambda: GraphExecutor(partition(self.model.graph(shapes)), **self.executor_kwargs))
 
     def run(self, *inputs) -> list:
         """The model's outputs on ``inputs`` (in the order of ``model.inputs``)."""
@@ -177,4 +198,4 @@ def expand_open_models(networks: list, input_shapes) -> list:
     return expanded
 
 
-__all__ = ["DynamicModel", "DynamicExecutor", "declared_dims", "expand_open_models", "shape_text"]
+__all__ = ["DynamicModel", "DynamicExecutor", "ShapeCache", "declared_dims", "expand_open_models", "shape_text"]
