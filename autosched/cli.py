@@ -475,7 +475,7 @@ def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
         want = ort_run(*inputs)
         err = max(float(np.max(np.abs(g.astype(np.float64) - w))) / (float(np.max(np.abs(w))) or 1.0)
                   for g, w in zip(ours, want))
-        ok = err <= 1e-3
+        ok = err <= (1e-2 if any(w.dtype == np.float16 for w in want) else 1e-3)   # a float16 model: its precision
         t = B.seconds_per_call(lambda: ort_run(*inputs), repeat=10)
         lines.append(f"# onnxruntime {threads} threads: {1e3 * t:.3f} ms -> autosched {t / latency:.2f}x; outputs "
                      f"match onnxruntime's: {'OK' if ok else 'WRONG'} (max relative error {err:.2e})")

@@ -37,15 +37,14 @@ def shape_text(shapes: dict) -> str:
 class DynamicModel:
     """An ONNX model (float32, see ``onnx_fp16``) whose inputs leave axes open.
     ``inputs``: the run-time inputs' names in call order; ``declared``: each one's dims
-    (an int, or the name of an open axis); ``output_dtypes``: the dtypes its outputs are
-    returned in. Made by ``from_onnx``, which passes ``import_graph(model, shapes, name)``."""
+    (an int, or the name of an open axis). Made by ``from_onnx``, which passes
+    ``import_graph(model, shapes, name)``."""
 
-    def __init__(self, model, name: str, declared: dict, output_dtypes: dict, import_graph):
+    def __init__(self, model, name: str, declared: dict, import_graph):
         self.model = model
         self.name = name
         self.declared = declared
         self.inputs = list(declared)
-        self.output_dtypes = output_dtypes
         self._import_graph = import_graph
 
     @property

@@ -161,9 +161,9 @@ def fold_node(node, inputs, opset: int) -> list:
 class _Importer:
     """One model's conversion: values by ONNX name, unsupported nodes collected."""
 
-    def __init__(self, model, opset: int, name: str, output_dtypes: dict):
+    def __init__(self, model, opset: int, name: str, interface_dtypes: dict):
         self.model = model
-        self.output_dtypes = output_dtypes
+        self.interface_dtypes = interface_dtypes
         self.opset = opset
         self.builder = Builder(name)
         self.values: dict = {}
@@ -199,8 +199,10 @@ class _Importer:
         if self.unsupported:
             raise self._error()
         reached = {id(n) for n in topological_order(outputs)}   # inputs no output depends on are left out
-        return Graph([i for i in inputs if id(i) in reached], outputs, self.builder.graph_builder.name,
-                     [self.output_dtypes.get(o.name, n.dtype) for o, n in zip(graph.output, outputs)])
+        inputs = [i for i in inputs if id(i) in reached]
+        return Graph(inputs, outputs, self.builder.graph_builder.name,
+                     [self.interface_dtypes["inputs"].get(i.name, i.dtype) for i in inputs],
+                     [self.interface_dtypes["outputs"].get(o.name, n.dtype) for o, n in zip(graph.output, outputs)])
 
     def _error(self) -> UnsupportedModelError:
         lines = []
@@ -285,8 +287,8 @@ class _Importer:
         return node
 
 
-def _import_graph(model, input_shapes: dict, name: str, opset: int, output_dtypes: dict) -> Graph:
-    return _Importer(fix_input_shapes(model, input_shapes), opset, name, output_dtypes).run()
+def _import_graph(model, input_shapes: dict, name: str, opset: int, interface_dtypes: dict) -> Graph:
+    return _Importer(fix_input_shapes(model, input_shapes), opset, name, interface_dtypes).run()
 
 
 def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None = None) -> Graph | DynamicModel:
@@ -296,7 +298,7 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     (e.g. ``{"input_ids": (1, 128)}``; open axes of the same name take the same extent).
     Without them, a model with open axes (a batch, a sequence) is returned as a
     ``DynamicModel``, imported per set of shapes when run (``dynamic``). A float16 model is
-    computed in float32 and returns float16 outputs (``onnx_fp16``). Raises
+    computed in float32, takes float16 (or float32) inputs and returns float16 outputs (``onnx_fp16``). Raises
     ``UnsupportedModelError`` listing every operator it cannot import."""
     model = load_model(model_or_path)
     opset = model_opset(model)
@@ -307,9 +309,8 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
                                     if isinstance(model_or_path, (str, os.PathLike)) else "onnx_model")
-    import_graph = functools.partial(_import_graph, opset=opset, output_dtypes=float16_io["outputs"])
-    dynamic = DynamicModel(model, name, {i.name: declared_dims(i) for i in _runtime_inputs(model)},
-                           float16_io["outputs"], import_graph)
+    import_graph = functools.partial(_import_graph, opset=opset, interface_dtypes=float16_io)
+    dynamic = DynamicModel(model, name, {i.name: declared_dims(i) for i in _runtime_inputs(model)}, import_graph)
     if not dynamic.open_axes:
         return import_graph(model, input_shapes, name)
     if not input_shapes:

@@ -64,7 +64,8 @@ def test_float16_mlp_with_cast_pairs_matches_onnxruntime():
     data = mlp_with_cast_pairs()
     x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float16)
     graph = check_float16(data, x)
-    assert graph.output_dtypes == ["float16"]
+    assert graph.input_dtypes == graph.output_dtypes == ["float16"]
+    assert graph.random_inputs(0)[0].dtype == np.float16             # what onnxruntime takes for the model
     assert all(n.dtype == "float32" for n in graph.nodes)          # computed in float32
     assert not [n for n in graph.op_nodes if n.kind == "cast"]     # the Cast pair folded away
 
@@ -94,3 +95,17 @@ def test_torch_half_export_matches_onnxruntime(which):
     model, x = getattr(small_torch, which)()
     data = small_torch.onnx_bytes(model.half(), x.half())
     check_float16(data, x.numpy().astype(np.float16))
+
+
+def test_float16_model_with_an_open_batch_axis():
+    pytest.importorskip("torch", reason="the float16 model is exported from PyTorch")
+    from . import small_torch
+    model, x = small_torch.cnn()
+    data = small_torch.onnx_bytes(model.half(), x.half(), dynamic_batch=True)
+    run = G.from_onnx(data).executor(warn_untuned=False, base_model=None)
+    for batch in (1, 3):
+        xb = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float16)
+        ours, theirs = run(xb)[0], onnxruntime_outputs(data, {"x": xb})[0]
+        assert ours.dtype == np.float16 and ours.shape == theirs.shape == (batch, 5)
+        np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), rtol=1e-2,
+                                   atol=1e-2 * float(np.max(np.abs(theirs.astype(np.float32)))))
