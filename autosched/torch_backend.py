@@ -46,6 +46,15 @@ def _fall_back(gm, reason: str):
     return gm.forward
 
 
+def _concrete(value):
+    """A symbolic integer input (the extent of an axis Dynamo made dynamic) as the int it has
+    in this call, without adding a guard; anything else as it is."""
+    if isinstance(value, torch.SymInt):
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+        return int(optimization_hint(value))
+    return value
+
+
 class _NotCompiled(Exception):
     """Why a graph cannot run on autosched kernels."""
 
@@ -94,6 +103,7 @@ class CompiledGraph:
     def __init__(self, gm, example_inputs, options: dict):
         self.gm = gm
         self.options = options
+        example_inputs = [_concrete(v) for v in example_inputs]
         self.slots, self.weights, self.names = [], [], []
         self.failure = ""
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -108,7 +118,7 @@ class CompiledGraph:
                 self.slots.append(("tensor", counts["tensor"]))
                 self.names.append(node.name)
                 counts["tensor"] += 1
-            elif isinstance(value, (int, torch.SymInt)):
+            elif isinstance(value, int):
                 self.slots.append(("int", counts["int"]))
                 counts["int"] += 1
             else:

@@ -108,6 +108,32 @@ def test_torch_compile_backend_matches_pytorch(which, monkeypatch):
     assert sum(m.executors.builds for m in made) == 2
 
 
+class Flatten(torch.nn.Module):
+    """Reads its batch axis (x.shape[0]): once Dynamo makes it dynamic, a graph input."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(12, 3)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x.reshape(x.shape[0], -1)))
+
+
+def test_a_dynamic_axis_gets_an_executor_per_shape(monkeypatch):
+    torch.manual_seed(0)
+    model = Flatten().eval()
+    made = compiled_graphs(monkeypatch)
+    compiled = torch.compile(model, backend="autosched", options=FAST)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", torch_backend.EagerFallbackWarning)
+        for batch in (2, 3, 5, 3):
+            x = torch.randn(batch, 3, 4)
+            assert_close(compiled(x).numpy(), eager(model, x))
+    assert len(made) == 2                                 # static at batch 2, then batch made dynamic
+    assert [m.executors.builds for m in made] == [1, 2]   # 3 and 5 built once each
+    assert [k[-1][0] for k in made[1].executors.keys()] == [(5, 3, 4), (3, 3, 4)]    # most recent last
+
+
 def test_torch_compile_of_a_half_model_returns_float16():
     model, x = small_torch.transformer()
     model, x = model.half(), x.half()
