@@ -298,8 +298,8 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     (e.g. ``{"input_ids": (1, 128)}``; open axes of the same name take the same extent).
     Without them, a model with open axes (a batch, a sequence) is returned as a
     ``DynamicModel``, imported per set of shapes when run (``dynamic``). A float16 model is
-    computed in float32, takes float16 (or float32) inputs and returns float16 outputs (``onnx_fp16``). Raises
-    ``UnsupportedModelError`` listing every operator it cannot import."""
+    computed in float32, takes float16 (or float32) inputs and returns float16 outputs
+    (``onnx_fp16``). Raises ``UnsupportedModelError`` listing every operator it cannot import."""
     model = load_model(model_or_path)
     opset = model_opset(model)
     if opset not in OPSETS:

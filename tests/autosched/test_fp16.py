@@ -68,6 +68,8 @@ def test_float16_mlp_with_cast_pairs_matches_onnxruntime():
     assert graph.random_inputs(0)[0].dtype == np.float16             # what onnxruntime takes for the model
     assert all(n.dtype == "float32" for n in graph.nodes)          # computed in float32
     assert not [n for n in graph.op_nodes if n.kind == "cast"]     # the Cast pair folded away
+    ok, err = G.GraphExecutor(G.partition(graph), warn_untuned=False).verify(rtol=1e-5)
+    assert ok, err                                                  # float32 kernels against numpy, not float16
 
 
 def test_as_float32_leaves_the_model_given_and_float32_models_alone():
