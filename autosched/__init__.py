@@ -34,6 +34,7 @@ _EXPORTS = {
                      "read_records", "save_records"], ".history.records"),
     # networks
     "tune_networks": ".networks", "NetworkTuneResult": ".networks",
+    "from_onnx": ".graph", "from_torch": ".graph",
     # deployment
     "compile": ".deploy", "InferenceSession": ".session",
 }

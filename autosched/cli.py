@@ -497,12 +497,16 @@ def _import_model(path: str, shapes):
     error that names the file (exit code 2: it is about the file given, even where the
     importer's own check is what failed; ``--debug`` shows where)."""
     try:
-        return graph.from_onnx(path, dict(shapes))
+        model = graph.from_onnx(path, dict(shapes))
     except ImportError as err:
         raise UsageError(str(err)) from err
     except Exception as err:  # noqa: BLE001 - onnx's, protobuf's and the importer's errors alike
         why = _explain(err)[0] if _is_about_the_input(err) else f"{type(err).__name__}: {str(err)[:300]}"
         raise UsageError(f"cannot import the ONNX model {path!r}: {why}") from err   # (--debug shows both)
+    if isinstance(model, graph.DynamicModel):
+        raise UsageError(f"the model's inputs {model.describe_open_axes()} have no static shape; give them with "
+                         "--input-shape NAME=DIMS")
+    return model
 
 
 def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
@@ -521,7 +525,7 @@ def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
         want = ort_run(*inputs)
         err = max(float(np.max(np.abs(g.astype(np.float64) - w))) / (float(np.max(np.abs(w))) or 1.0)
                   for g, w in zip(ours, want))
-        ok = err <= 1e-3
+        ok = err <= (1e-2 if any(w.dtype == np.float16 for w in want) else 1e-3)   # a float16 model: its precision
         t = B.seconds_per_call(lambda: ort_run(*inputs), repeat=10)
         lines.append(f"# onnxruntime {threads} threads: {1e3 * t:.3f} ms -> autosched {t / latency:.2f}x; outputs "
                      f"match onnxruntime's: {'OK' if ok else 'WRONG'} (max relative error {err:.2e})")

@@ -19,6 +19,7 @@ from evolution import SketchPolicy
 from task_scheduler import PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
+from .graph.dynamic import expand_open_models
 from .measure import LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .history.records import RecordToFile
@@ -113,10 +114,11 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
                   early_stopping_per_task: int | None = None, alpha: float = 0.2, beta: float = 2.0,
                   backward_window: int = 3, eps_greedy: float = 0.05, layout_rewrite: bool = True, batch: int = 1,
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, winograd: bool = True,
-                  callbacks=None, target=None, hardware: ir.HardwareParams | None = None,
+                  callbacks=None, target=None, hardware: ir.HardwareParams | None = None, input_shapes=None,
                   **tuning) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
-    ``PartitionedGraph``, or a list of them) for ``target`` (an ``ir.Target`` or its
+    ``PartitionedGraph``, a ``graph.DynamicModel`` (a model with open axes), or a list of
+    them) for ``target`` (an ``ir.Target`` or its
     spelling, default this CPU; ``hardware`` overrides its parameters) as ``options`` (a
     ``TuneOptions``, shared with ``auto_schedule``) say; its fields may also be given as
     keyword arguments, which replace the options' values: ``trials`` measurements in all
@@ -136,6 +138,8 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
     ``strategy``: "gradient" (Ansor's scheduler) or "round-robin".
     ``early_stopping_per_task``: retire a task after that many trials without improvement.
     ``fold_batch_norm``, ``winograd``: as ``graph.partition``'s, for networks not partitioned yet.
+    ``input_shapes``: the shapes to tune each ``DynamicModel`` for (a dict {input: shape} or a list
+    of them; each set of shapes is one network of the result).
 
     The default ``runner`` times programs as they run in the model: on a CPU, with their
     weights evicted from the caches when the networks' weights exceed the last-level cache
@@ -143,7 +147,7 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
     check_counts(early_stopping_per_task=early_stopping_per_task)
     options = TuneOptions.of(options, **tuning)
     log = RecordToFile(options.log_file) if options.log_file else None
-    nets = networks if isinstance(networks, (list, tuple)) else [networks]
+    nets = expand_open_models(networks if isinstance(networks, (list, tuple)) else [networks], input_shapes)
     parts = [as_partitioned(n, batch, fold_batch_norm, include_simple_tasks, winograd) for n in nets]
     if not parts:
         raise ValueError("tune_networks needs at least one network")

@@ -68,6 +68,14 @@ class Node:
         return f"Node({self.name}: {self.kind}({ins}) -> {list(self.shape)})"
 
 
+def _interface_dtypes(dtypes, nodes, what: str) -> list:
+    if dtypes is None:
+        return [n.dtype for n in nodes]
+    if len(dtypes) != len(nodes):
+        raise ValueError(f"{what} dtypes {list(dtypes)} for {len(nodes)} {what}s")
+    return list(dtypes)
+
+
 def topological_order(outputs: Sequence[Node]) -> list[Node]:
     """Every node reachable from ``outputs``, producers before consumers, in a stable order."""
     order: list[Node] = []
@@ -90,12 +98,18 @@ def topological_order(outputs: Sequence[Node]) -> list[Node]:
 
 
 class Graph:
-    """A network: ``inputs`` (graph input nodes, in call order) and ``outputs``."""
+    """A network: ``inputs`` (graph input nodes, in call order) and ``outputs``.
+    ``input_dtypes``, ``output_dtypes``: the dtypes of the model's interface where they differ
+    from the nodes' (a float16 model computed in float32): a run returns its outputs in
+    ``output_dtypes`` and ``random_inputs`` are made in ``input_dtypes``; default the nodes' own."""
 
-    def __init__(self, inputs: Sequence[Node], outputs: Sequence[Node], name: str = "network"):
+    def __init__(self, inputs: Sequence[Node], outputs: Sequence[Node], name: str = "network",
+                 input_dtypes: Sequence[str] | None = None, output_dtypes: Sequence[str] | None = None):
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.name = name
+        self.input_dtypes = _interface_dtypes(input_dtypes, self.inputs, f"graph '{name}': input")
+        self.output_dtypes = _interface_dtypes(output_dtypes, self.outputs, f"graph '{name}': output")
         self.nodes = topological_order(self.outputs)
         ids = {id(n) for n in self.nodes}
         for n in self.nodes:
@@ -131,9 +145,9 @@ class Graph:
         """Standard-normal floats; integers (e.g. token ids) uniform in ``[0, attrs["high"])``
         (default 2), the range an importer records for indices into a table."""
         rng = np.random.default_rng(seed)
-        return [rng.integers(0, i.attrs.get("high", 2), size=i.shape).astype(i.dtype)
-                if np.issubdtype(np.dtype(i.dtype), np.integer) else rng.standard_normal(i.shape).astype(i.dtype)
-                for i in self.inputs]
+        return [rng.integers(0, i.attrs.get("high", 2), size=i.shape).astype(dtype)
+                if np.issubdtype(np.dtype(i.dtype), np.integer) else rng.standard_normal(i.shape).astype(dtype)
+                for i, dtype in zip(self.inputs, self.input_dtypes)]
 
     def flop_count(self) -> int:
         """Floating-point operations of one run, as the operators' ComputeDAGs count them."""

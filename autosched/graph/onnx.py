@@ -1,4 +1,5 @@
-"""Models from ONNX files: ``from_onnx(model_or_path, input_shapes=None) -> Graph``.
+"""Models from ONNX files: ``from_onnx(model_or_path, input_shapes=None) -> Graph`` (or a
+``DynamicModel`` where the model leaves input axes open and no shapes are given).
 
 The model is parsed with the ``onnx`` package (an optional dependency, imported here only),
 its shapes inferred by ONNX's shape inference, and its nodes walked in order:
@@ -19,13 +20,16 @@ shape inference, so a converter that mistook a shape fails at import, not at run
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import defaultdict
 
 import numpy as np
 
+from .dynamic import DynamicModel, declared_dims
 from .graph import Graph, topological_order
+from .onnx_fp16 import as_float32
 from .onnx_layout import Builder, Value, identity
 from . import onnx_index, onnx_nn, onnx_pointwise  # noqa: F401 - they register their converters
 from .onnx_ops import CONVERTERS, ONNX_DTYPES, OnnxNode, Unsupported
@@ -231,8 +235,9 @@ def check_model(model) -> None:
 class _Importer:
     """One model's conversion: values by ONNX name, unsupported nodes collected."""
 
-    def __init__(self, model, opset: int, name: str):
+    def __init__(self, model, opset: int, name: str, interface_dtypes: dict):
         self.model = model
+        self.interface_dtypes = interface_dtypes
         self.opset = opset
         self.builder = Builder(name)
         self.values: dict = {}
@@ -272,7 +277,10 @@ class _Importer:
         if self.unsupported:
             raise self._error()
         reached = {id(n) for n in topological_order(outputs)}   # inputs no output depends on are left out
-        return Graph([i for i in inputs if id(i) in reached], outputs, self.builder.graph_builder.name)
+        inputs = [i for i in inputs if id(i) in reached]
+        return Graph(inputs, outputs, self.builder.graph_builder.name,
+                     [self.interface_dtypes["inputs"].get(i.name, i.dtype) for i in inputs],
+                     [self.interface_dtypes["outputs"].get(o.name, n.dtype) for o, n in zip(graph.output, outputs)])
 
     def _error(self) -> UnsupportedModelError:
         lines = []
@@ -371,23 +379,36 @@ class _Importer:
         return node
 
 
-def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None = None) -> Graph:
+def _import_graph(model, input_shapes: dict, name: str, opset: int, interface_dtypes: dict) -> Graph:
+    return _Importer(fix_input_shapes(model, input_shapes), opset, name, interface_dtypes).run()
+
+
+def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None = None) -> Graph | DynamicModel:
     """The ``Graph`` of an ONNX model (a path, bytes or an ``onnx.ModelProto``), channel-last,
     constants folded. Its inputs and outputs keep the model's names, order and (channel-first)
     shapes. ``input_shapes``: static shapes for inputs whose shape the model leaves open
-    (e.g. ``{"input_ids": (1, 128)}``). Raises ``UnsupportedModelError`` listing every
-    operator it cannot import."""
+    (e.g. ``{"input_ids": (1, 128)}``; open axes of the same name take the same extent).
+    Without them, a model with open axes (a batch, a sequence) is returned as a
+    ``DynamicModel``, imported per set of shapes when run (``dynamic``). A float16 model is
+    computed in float32, takes float16 (or float32) inputs and returns float16 outputs
+    (``onnx_fp16``). Raises ``UnsupportedModelError`` listing every operator it cannot import."""
     model = load_model(model_or_path)
     opset = model_opset(model)
     if opset not in OPSETS:
         raise ValueError(f"the model uses opset {opset} of the default ONNX domain; autosched imports opsets "
                          f"{OPSETS.start} to {OPSETS.stop - 1} (convert it with onnx.version_converter)")
     check_model(model)
-    model = fix_input_shapes(model, input_shapes)
+    model, float16_io = as_float32(model)
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
                                     if isinstance(model_or_path, (str, os.PathLike)) else "onnx_model")
-    return _Importer(model, opset, name).run()
+    import_graph = functools.partial(_import_graph, opset=opset, interface_dtypes=float16_io)
+    dynamic = DynamicModel(model, name, {i.name: declared_dims(i) for i in _runtime_inputs(model)}, import_graph)
+    if not dynamic.open_axes:
+        return import_graph(model, input_shapes, name)
+    if not input_shapes:
+        return dynamic
+    return import_graph(model, dynamic.input_shapes(input_shapes), name)
 
 
 __all__ = ["from_onnx", "load_model", "model_opset", "check_model", "UnsupportedModelError", "OPSETS"]
