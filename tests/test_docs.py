@@ -25,11 +25,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 README_MAX_LINES = 300
 
-#: Pages that other branches add (the GPU and targets guides, ONNX, PyTorch and float16
-#: front doors, deployment): a link to them is accepted while they are missing. Empty this
-#: list when those branches are merged.
-EXPECTED_AFTER_MERGE = {"docs/onnx.md", "docs/frontends.md"}
-
 #: seconds for all the blocks of one file
 FILE_TIMEOUT_S = 300
 
@@ -150,8 +145,7 @@ def broken_links(path: pathlib.Path) -> list[str]:
         linked = (path.parent / file_part).resolve() if file_part else path
         relative = linked.relative_to(ROOT).as_posix() if linked.is_relative_to(ROOT) else str(linked)
         if not linked.exists():
-            if relative not in EXPECTED_AFTER_MERGE:
-                broken.append(f"{target} (no file {relative})")
+            broken.append(f"{target} (no file {relative})")
         elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
             broken.append(f"{target} (no heading with anchor #{anchor} in {relative})")
     return broken
