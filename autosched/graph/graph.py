@@ -239,7 +239,13 @@ class GraphBuilder:
         if d.arity is not None and len(inputs) != d.arity:
             raise ValueError(f"{kind} takes {d.arity} inputs, got {len(inputs)}")
         tensors = [ir.placeholder(p.shape, p.dtype, name=f"x{k}") for k, p in enumerate(inputs)]
-        out = d.build(tensors, attrs, kind)
+        try:
+            out = d.build(tensors, attrs, kind)
+        except TypeError as err:
+            if "dtype mismatch" not in str(err):
+                raise
+            raise ValueError(f"{kind} {name or ''} of inputs {[p.name for p in inputs]}: their element types "
+                             f"{[p.dtype for p in inputs]} disagree ({err})") from None
         for p, t in zip(inputs, tensors):
             if out is t:
                 return p

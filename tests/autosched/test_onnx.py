@@ -516,6 +516,17 @@ def test_two_nodes_writing_one_name_are_refused():
         from_onnx(make_model(nodes, {"x": (2, 2)}, ["y"]))
 
 
+def test_inputs_of_disagreeing_element_types_are_refused():
+    """A float64 input of a MatMul with a float32 weight (a fuzzed input's type changed):
+    onnxruntime refuses the model; the importer ended in ir's TypeError."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": ((2, 3), TensorProto.DOUBLE)}, ["y"],
+                       {"w": np.ones((3, 2), np.float32)})
+    with pytest.raises(Exception):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(ValueError, match=r"their element types \['float64', 'float32'\] disagree"):
+        from_onnx(model)
+
+
 @pytest.mark.parametrize("case", ["dangling", "cycle"])
 def test_dangling_names_and_cycles_are_refused(case):
     if case == "dangling":
