@@ -261,6 +261,10 @@ def partition(graph: Graph, fold_batch_norm: bool = True, include_simple_tasks: 
     weights and a bias (what Relay's FoldScaleAxis and FoldConstant do). ``winograd``: then
     compute the 3×3 stride-1 convolutions that qualify by Winograd's algorithm
     (``passes.use_winograd``); a tuning log made one way does not fit the other's tasks."""
+    if hasattr(graph, "open_axes"):   # a graph.DynamicModel: no shapes to partition yet
+        raise ValueError(f"{graph!r} leaves input axes open ({graph.describe_open_axes()}); partition the model of "
+                         "one set of shapes (from_onnx(path, input_shapes={...})), or run it through "
+                         "model.executor(), which imports it per shape")
     runnable = _fold_batch_norm(graph) if fold_batch_norm else graph
     runnable = _use_winograd(runnable) if winograd else runnable
     subgraphs, workloads, by_key = [], [], {}

@@ -33,6 +33,7 @@ def check_xgboost_json(data: bytes, n_features: int) -> None:
         info = booster["model"]["tree_info"]
         features = int(params["num_feature"])
         num_trees = int(booster["model"]["gbtree_model_param"]["num_trees"])
+        groups = max(int(params.get("num_class", 0)), int(params.get("num_target", 1)), 1)
     except (ValueError, KeyError, TypeError) as err:
         if isinstance(err, DamagedModel):
             raise
@@ -43,6 +44,8 @@ def check_xgboost_json(data: bytes, n_features: int) -> None:
             or len(trees) != num_trees or len(info) != num_trees:
         raise DamagedModel(f"its tree counts disagree: num_trees {num_trees}, {len(trees)} trees, "
                            f"{len(info)} tree_info entries")
+    if any(isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < groups for g in info):
+        raise DamagedModel(f"its tree_info names output groups outside 0..{groups - 1}")   # (XGBoost aborts)
     for number, tree in enumerate(trees):
         why = _tree_problem(tree, features)
         if why:

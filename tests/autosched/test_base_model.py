@@ -161,6 +161,17 @@ def test_a_damaged_tree_is_refused_before_xgboost_reads_it(tmp_path, damage, mes
         B.load_base_model(str(path))
 
 
+def test_a_tree_of_an_output_group_the_model_lacks_is_refused(tmp_path):
+    """bench/fuzz_inputs.py found it: a tree_info entry naming group 3 of a one-output model
+    loaded, then aborted the process (SIGABRT) inside XGBoost's prediction."""
+    model = json.loads(open(B.SHIPPED_MODEL).read())
+    model["learner"]["gradient_booster"]["model"]["tree_info"][20] = 3
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(model))
+    with pytest.raises(ValueError, match="cannot be read .*tree_info names output groups outside 0..0"):
+        B.load_base_model(str(path))
+
+
 def test_a_base_model_of_another_format_is_refused(tmp_path):
     path = tmp_path / "model.ubj"
     path.write_bytes(b"{}")

@@ -58,6 +58,12 @@ def test_one_import_runs_batch_1_and_4_each_with_its_programs():
         run(np.zeros((1, 4, 6, 6), np.float32))
 
 
+def test_partitioning_a_model_of_open_axes_says_how_to_give_shapes():
+    """bench/fuzz_inputs.py found it: partition(DynamicModel) ended in an AttributeError."""
+    with pytest.raises(ValueError, match=r"leaves input axes open .*from_onnx\(path, input_shapes="):
+        G.partition(G.from_onnx(batch_open_cnn()))
+
+
 def test_the_cache_keeps_the_most_recently_used_shapes():
     run = G.from_onnx(batch_open_cnn()).executor(cache_size=2, warn_untuned=False)
     for batch in (1, 2, 1, 3):                       # 1 is used again before 3 comes: 2 is dropped
