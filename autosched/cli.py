@@ -744,12 +744,29 @@ def add_compile(sub) -> None:
     comp.set_defaults(fn=cmd_compile)
 
 
+def _check_artifact_output(output: str, inputs: list) -> None:
+    """``compile -o``: a new file, or an artifact to replace; never the model, its log, or a
+    file of anything else (we did not write it)."""
+    from .runtime import ArtifactError
+    from .runtime.artifact import read_sections
+    if not os.path.exists(output):
+        return
+    if any(path and os.path.exists(path) and os.path.samefile(output, path) for path in inputs):
+        raise UsageError(f"-o {output!r} is the model or the tuning log compile reads; give the artifact another name")
+    try:
+        read_sections(output)
+    except (ArtifactError, OSError):
+        raise UsageError(f"-o {output!r} exists and is not an autosched artifact: not replaced; give another "
+                         "name, or remove it first") from None
+
+
 def cmd_compile(args) -> int:
     from .deploy import LinkError, NoCCompiler, compile as compile_model
     from .runtime import read_manifest
     output = args.output or os.path.splitext(args.model)[0] + ".aso"
     if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         raise UsageError(f"-o {output!r}: the folder {os.path.dirname(output)!r} does not exist")
+    _check_artifact_output(output, [args.model, args.log_file])
     t0 = time.perf_counter()
     try:
         compile_model(args.model, log_file=args.log_file, output=output, input_shapes=dict(args.input_shape),
@@ -920,7 +937,7 @@ def main(argv=None) -> int:
     traceback (``--debug``, or ``AUTOSCHED_DEBUG=1``: then the traceback is shown)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
-    trials_before = count_trials(getattr(args, "log_file", None))
+    trials_before = count_trials(args.log_file) if args.fn is cmd_tune else 0   # (only tune resumes)
     try:
         return args.fn(args)
     except KeyboardInterrupt:

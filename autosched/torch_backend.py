@@ -78,6 +78,14 @@ def _is_weight(node, value) -> bool:
     return "._buffers[" in str(name) or "._parameters[" in str(name)
 
 
+def _version(tensor) -> int | None:
+    """How often ``tensor`` was changed in place (None for an inference tensor, which cannot be)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
 class _Bound(torch.nn.Module):
     """The graph with its weights and integer inputs bound: a module of its tensor inputs
     only, what the exporter traces."""
@@ -104,16 +112,16 @@ class CompiledGraph:
         self.gm = gm
         self.options = options
         example_inputs = [_concrete(v) for v in example_inputs]
-        self.slots, self.weights, self.names = [], [], []
+        self.slots, self.names = [], []
         self.failure = ""
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(example_inputs):
             raise _NotCompiled(f"{len(placeholders)} graph inputs, {len(example_inputs)} example inputs")
-        counts = {"tensor": 0, "int": 0}
+        counts = {"tensor": 0, "int": 0, "weight": 0}
         for node, value in zip(placeholders, example_inputs):
             if isinstance(value, torch.Tensor) and _is_weight(node, value):
-                self.slots.append(("weight", len(self.weights)))
-                self.weights.append(value)
+                self.slots.append(("weight", counts["weight"]))
+                counts["weight"] += 1
             elif isinstance(value, torch.Tensor):
                 self.slots.append(("tensor", counts["tensor"]))
                 self.names.append(node.name)
@@ -154,8 +162,10 @@ class CompiledGraph:
                                    f"error {err:.2e}); this is a bug of autosched's importer")
 
     def _key(self, args) -> tuple:
-        return tuple((tuple(a.shape), str(a.dtype)) if kind == "tensor" else int(a)
-                     for (kind, _), a in zip(self.slots, args) if kind != "weight")
+        """The input shapes and integers, and each weight's storage and version: a weight
+        changed in place (``load_state_dict``, ``w.mul_``) is a new executor, not stale constants."""
+        return tuple((tuple(a.shape), str(a.dtype)) if kind == "tensor" else int(a) if kind == "int"
+                     else (a.data_ptr(), _version(a)) for (kind, _), a in zip(self.slots, args))
 
     def _split(self, args) -> tuple:
         tensors = [a for (kind, _), a in zip(self.slots, args) if kind == "tensor"]
@@ -170,7 +180,8 @@ class CompiledGraph:
     def _build(self, args) -> GraphExecutor | None:
         tensors, ints = self._split(args)
         try:
-            data = export_onnx(_Bound(self.gm, self.slots, self.weights, ints), tuple(tensors), names=self.names)
+            weights = [a for (kind, _), a in zip(self.slots, args) if kind == "weight"]   # (as they are now)
+            data = export_onnx(_Bound(self.gm, self.slots, weights, ints), tuple(tensors), names=self.names)
             graph = from_onnx(data, name="torch_graph")
             if len(graph.outputs) != self.out_spec.num_leaves:
                 raise ValueError(f"the exported graph has {len(graph.outputs)} outputs, the FX graph "

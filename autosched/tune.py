@@ -21,8 +21,6 @@ from .space import as_task
 from .workers import WorkerPool
 
 
-
-
 @dataclass
 class TuneResult:
     """What tuning found: the compiled ``kernel`` of the best ``state``, its measured

@@ -18,6 +18,7 @@ latency within 2 % of the in-tuner executor.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import subprocess
@@ -133,6 +134,7 @@ def main(argv=None) -> int:
             flush=True)
 
         model = Model(path, num_threads=args.threads)
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(args.threads)   # the executor's team, as the artifact's
         inputs = [src.example[0].numpy()] if src.example else part.graph.random_inputs(0)
         ours = {"artifact": lambda: model.run(inputs), "in-tuner executor": lambda: executor.run(*inputs)}
         best = time_in_turns(ours, args)

@@ -25,6 +25,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import bench_args, emit_json, gflops, json_row, time_cuda, torch_cuda, torch_cuda_events  # noqa: E402,E501
+from torch_models import import_torchvision  # noqa: E402
 
 import autosched  # noqa: E402
 import ir  # noqa: E402
@@ -35,15 +36,11 @@ BENCH = "resnet50_gpu"
 
 
 def torchvision_resnet50():
-    """torchvision's ResNet-50 (random weights), importing torchvision against a PyTorch
-    build that lacks its compiled operators (the fake registrations need ``nms``)."""
-    import torch
-    if not hasattr(torch.ops.torchvision, "nms"):
-        lib = torch.library.Library("torchvision", "DEF")
-        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        torchvision_resnet50.library = lib  # (kept alive)
-    import torchvision
+    """torchvision's ResNet-50 (random weights); None without torchvision."""
+    try:
+        torchvision = import_torchvision()
+    except ImportError:
+        return None
     return torchvision.models.resnet50(weights=None)
 
 
@@ -52,7 +49,10 @@ def torch_cuda_seconds(batch: int, image_size: int, tf32: bool) -> float | None:
     torch = torch_cuda(tf32)
     if torch is None:
         return None
-    model = torchvision_resnet50().cuda().eval()
+    model = torchvision_resnet50()
+    if model is None:
+        return None
+    model = model.cuda().eval()
     x = torch.randn(batch, 3, image_size, image_size, device="cuda")
     with torch.no_grad():
         return time_cuda(lambda: model(x), torch.cuda.synchronize, torch_cuda_events(torch))

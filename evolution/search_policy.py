@@ -21,6 +21,7 @@ import sketch_rules
 
 from . import islands
 from .evolve import Evolution
+from .mutation import mutation_names
 
 
 @dataclass
@@ -45,6 +46,14 @@ class SearchParams:
     #: islands evolving in parallel processes when the policy has an executor (None: one
     #: per core for populations of 512 and more, else 1); see ``evolution.islands``
     islands: int | None = None
+
+    def __post_init__(self):
+        if self.mutation_weights is not None:   # (checked here, not at the first draw of a tuning)
+            unknown = set(self.mutation_weights) - mutation_names()
+            if unknown:
+                raise ValueError(f"unknown mutation {sorted(unknown)[0]!r}; expected some of {sorted(mutation_names())}")
+            if not all(w >= 0 for w in self.mutation_weights.values()) or not sum(self.mutation_weights.values()) > 0:
+                raise ValueError(f"mutation weights must be >= 0 with a positive sum, got {self.mutation_weights}")
 
     def n_islands(self, num_cores: int) -> int:
         if self.islands is not None:

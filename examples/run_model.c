@@ -94,8 +94,11 @@ int main(int argc, char **argv) {
     }
     for (int o = 0; o < n_out; o++) {
         const autosched_tensor_info *info = api.output(model, o);
-        char path[512];
+        char path[512];   /* NAME.bin in this folder: other characters of an ONNX name (/) become _ */
         snprintf(path, sizeof path, "%s.bin", info->name);
+        for (char *c = path; *c; c++)
+            if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '.' || *c == '-'))
+                *c = '_';
         FILE *f = fopen(path, "wb");
         if (!f || fwrite(outputs[o], 1, info->bytes, f) != info->bytes) {
             fprintf(stderr, "run_model: cannot write %s\n", path);

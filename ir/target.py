@@ -70,11 +70,6 @@ def register_backend(backend) -> None:
         _BACKENDS[word] = backend
 
 
-def backends() -> list:
-    """The registered back ends, once each, in registration order."""
-    return list(dict.fromkeys(_BACKENDS.values()))
-
-
 def target_names() -> list[str]:
     """Every first word ``Target.parse`` accepts."""
     return list(_BACKENDS)
@@ -92,8 +87,8 @@ class Target:
         """The target a string spells (None: this CPU); a Target is returned as it is
         (with ``hardware`` where given). Unknown names and options are errors that list
         what is accepted."""
-        if isinstance(spec, Target):
-            return spec if hardware is None else replace(spec, hardware=hardware)
+        if isinstance(spec, Target):   # (new hardware goes through its back end's checks, as a string's)
+            return spec if hardware is None else cls.parse(str(spec), hardware)
         if spec is None:
             spec = "llvm"
         if not isinstance(spec, str):

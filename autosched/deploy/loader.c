@@ -3,7 +3,7 @@
  * Compiled with the model's generated plan (plan.h: the kernels, each call's arguments, the
  * arena and weight offsets, the inputs and outputs) into the artifact's shared library. It
  * does natively what autosched.graph.GraphExecutor does: one arena planned by liveness,
- * weights already packed in the layout the kernels read (mapped from the artifact file),
+ * weights already packed in the layout the kernels read (read from the artifact file, or mapped with AUTOSCHED_WEIGHTS=map),
  * every kernel's argument vector prepared once at load, and a run that calls the kernels in
  * order with no allocation and no checks between them.
  *
@@ -75,7 +75,7 @@ static void missing_cpu_flags(char *missing, size_t size) {
     missing[0] = 0;
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;   /* not Linux: nothing to check against */
-    static char line[16384];
+    static __thread char line[16384];   /* loads run without the GIL, in parallel */
     int found = 0;
     while (fgets(line, sizeof line, f))
         if (strncmp(line, "flags", 5) == 0) { found = 1; break; }

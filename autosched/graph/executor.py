@@ -283,6 +283,7 @@ class GraphExecutor:
             inputs = self.graph.random_inputs(0)
         self._set_inputs(inputs)
         self._run()
+        self._driver.read_outputs()   # (a device's outputs come back to the host buffers)
         got = [self._buffers[id(o)] for o in self.graph.outputs]   # as computed (a float16 model's in float32)
         want = run_reference(self.partitioned.original, inputs)
         worst = 0.0

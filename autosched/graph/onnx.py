@@ -344,7 +344,10 @@ class _Importer:
             sizes.append(math.prod(int(d) for d in np.ravel(inputs[0])))
         elif node.op_type == "Range":
             start, limit, delta = (float(np.ravel(v)[0]) for v in inputs[:3])
-            sizes.append(max(0, math.ceil((limit - start) / delta)) if delta else 0)
+            count = (limit - start) / delta if delta else 0.0
+            if not math.isfinite(count):
+                raise Unsupported(f"a Range of {start} to {limit} by {delta} has no finite size")
+            sizes.append(max(0, math.ceil(count)))
         return max(sizes, default=0)
 
     @staticmethod

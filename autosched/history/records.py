@@ -192,13 +192,16 @@ def read_records(path, workload_keys=None) -> list[TuningRecord]:
         if workload_keys is not None and not last_incomplete and not any(k in stripped for k in workload_keys):
             continue
         try:
-            records.append(TuningRecord.from_json(stripped))
+            rec = TuningRecord.from_json(stripped)
         except ValueError as err:  # json's errors are ValueErrors too
             if last_incomplete:
                 why = f"the last line is truncated (a run killed while writing?), {len(line)} characters"
             else:
                 why = f"line {number} is not a record ({str(err)[:160]})"
             warnings.warn(f"autosched: {path}: {why}; skipped it", RuntimeWarning, stacklevel=2)
+            continue
+        if workload_keys is None or rec.workload_key in workload_keys:   # (the line test above is a prefilter)
+            records.append(rec)
     return records
 
 
@@ -274,15 +277,20 @@ def save_records(path, records: Iterable[TuningRecord], header: str = "") -> int
     path = check_log_file(path)
     tmp = f"{path}.tmp{os.getpid()}"
     n = 0
-    with open(tmp, "w") as f:
-        for line in header.splitlines():
-            f.write(f"# {line}\n")
-        for rec in records:
-            f.write(rec.to_json() + "\n")
-            n += 1
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            for line in header.splitlines():
+                f.write(f"# {line}\n")
+            for rec in records:
+                f.write(rec.to_json() + "\n")
+                n += 1
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:   # (a full disk: no half-written temporary file left behind)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return n
 
 
@@ -498,7 +506,7 @@ def apply_history_best(source, target: str | None = None, base_model="default"):
     with the layout rewrite it was measured with: a rewritten constant is then passed in its
     packed form, ``kernel.pack(name, array)``. A workload without a record builds, with an
     ``UntunedWorkloadWarning`` naming it, the zero-trial program of ``base_model``
-    (``autosched.zero_trial``: "default" is the shipped model; layout-rewritten) or, with
+    (``autosched.history.zero_trial``: "default" is the shipped model; layout-rewritten) or, with
     ``base_model=None``, the naive program.
 
     ``target``: only records of this target count (default: this host's, ``ir.host_target()``;

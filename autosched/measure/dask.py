@@ -171,8 +171,9 @@ def _as_concurrent(dask_future) -> Future:
                 err = f.exception()
                 future.set_exception(_lost("its workers died", err) if isinstance(err, _cluster_errors()) else err)
         except BaseException as err:  # noqa: BLE001 - whatever happens, the caller hears of it
-            if not future.done():
-                future.set_exception(_lost("the cluster did not answer", err))
+            if not future.done():   # (only the cluster's failures are a lost job; others are errors)
+                lost = isinstance(err, (*_cluster_errors(), OSError, TimeoutError))
+                future.set_exception(_lost("the cluster did not answer", err) if lost else err)
 
     dask_future.add_done_callback(done)
     future._dask_future = dask_future  # keeps the Dask job alive while someone waits for it

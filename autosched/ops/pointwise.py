@@ -18,7 +18,8 @@ def _round_half_even(v):
     """Round to the nearest integer, halves to the even one (ONNX Round, numpy.round)."""
     r = ir.floor(v + 0.5)
     halfway_odd = (r - v == 0.5) & (r - 2.0 * ir.floor(r * 0.5) == 1.0)
-    return r - ir.cast(halfway_odd, v.dtype)
+    integral = 2.0 ** (52 if v.dtype == "float64" else 23)   # from here on every value is an integer
+    return ir.select(ir.abs(v) >= integral, v, r - ir.cast(halfway_odd, v.dtype))   # (v + 0.5 would round)
 
 
 def _softplus(v):

@@ -5,7 +5,7 @@ Layout (little-endian; ``autosched/deploy/loader.c`` reads the same)::
     [shared library (ELF)][padding to a page][weights][manifest (JSON)][trailer]
 
 The library comes first so that the file is itself the library (dlopen maps only its ELF
-segments); the weights start on a page so that they are mapped, never read or unpickled; the
+segments); the weights start on a page so that they can be mapped (or read), never unpickled; the
 trailer at the end says where everything is, so that a truncated file has none. Everything
 here is read with bounded sizes before any native code of the file is loaded.
 """

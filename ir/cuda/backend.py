@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import pickle
+import re
+from dataclasses import replace
 
 from ..backend import Backend
 from ..target import HardwareParams, Target
@@ -47,7 +49,9 @@ class CudaBackend(Backend):
             raise ValueError(f"target 'cuda' needs GPU hardware parameters (ir.Target.parse('cuda').hardware), "
                              f"got {hardware}")
         arch = options.get("arch") or hardware.compute_capability
-        return Target(self.name, hardware, arch)
+        if not re.fullmatch(r"sm_\d+a?", arch):
+            raise ValueError(f"target 'cuda': -arch={arch} is not a compute capability such as sm_80 or sm_90a")
+        return Target(self.name, replace(hardware, compute_capability=arch), arch)
 
     def spelling(self, target: Target) -> str:
         return f"cuda -arch={target.device}"

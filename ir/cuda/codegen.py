@@ -1,7 +1,7 @@
 """NVPTX code generation: the kernels of a ``GPUProgram`` (``ir.cuda.lower``) as LLVM IR for
 ``nvptx64-nvidia-cuda``, and PTX from llvmlite's own NVPTX back end.
 
-Expressions and stores are generated as for the CPU (``cpu.FunctionBuilder``, scalar:
+Expressions and stores are generated as for the CPU (``ir.llvm_codegen.FunctionBuilder``, scalar:
 one thread computes one lane); what differs is the memory and the threads:
 
 - address spaces: buffer parameters are ``ptr addrspace(1)`` (global; ``noalias``, and

@@ -132,3 +132,10 @@ def test_targets_parse_from_every_spelling_and_refuse_unknown_ones():
             ir.Target.parse(bad)
     with pytest.raises(ValueError, match="needs GPU hardware parameters"):
         ir.Target.parse("cuda", host.hardware)
+    with pytest.raises(ValueError, match="needs GPU hardware parameters"):   # a Target too, not only a string
+        ir.Target.parse(sm80, host.hardware)
+    with pytest.raises(ValueError, match="needs CPU hardware parameters"):
+        ir.Target.parse(host, sm80.hardware)
+    with pytest.raises(ValueError, match="-arch=sm90 is not a compute capability"):
+        ir.Target.parse("cuda -arch=sm90")
+    assert sm80.hardware.compute_capability == "sm_80"   # the target and its hardware agree

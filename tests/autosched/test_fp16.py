@@ -26,6 +26,7 @@ def check_float16(model_bytes: bytes, x: np.ndarray, rtol: float = 1e-2):
     graph = G.from_onnx(model_bytes)
     ours = G.GraphExecutor(G.partition(graph), warn_untuned=False).run(x)
     theirs = onnxruntime_outputs(model_bytes, {graph.inputs[0].name: x})
+    assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
         assert a.dtype == np.float16 and a.shape == b.shape
         scale = float(np.max(np.abs(b.astype(np.float32))))

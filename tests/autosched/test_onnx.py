@@ -585,3 +585,12 @@ def test_huge_constants_are_not_made_at_import(op, shape_or_bounds):
     model = make_model(nodes, {"x": (1,)}, ["y"], dict(zip(names, shape_or_bounds)))
     with pytest.raises(UnsupportedModelError, match=f"{op}: folding it would make a constant of 10+ elements"):
         from_onnx(model)
+
+
+def test_a_range_of_no_finite_size_is_unsupported():
+    """Range(0, inf, 1) of constants ended in OverflowError ("cannot convert float infinity")."""
+    bounds = [np.array(0, np.float32), np.array(np.inf, np.float32), np.array(1, np.float32)]
+    nodes = [helper.make_node("Range", ["c0", "c1", "c2"], ["big"]), helper.make_node("Add", ["x", "big"], ["y"])]
+    model = make_model(nodes, {"x": (1,)}, ["y"], {"c0": bounds[0], "c1": bounds[1], "c2": bounds[2]})
+    with pytest.raises(UnsupportedModelError, match="Range: a Range of 0.0 to inf by 1.0 has no finite size"):
+        from_onnx(model)

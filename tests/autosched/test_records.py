@@ -362,3 +362,15 @@ def test_a_best_record_that_does_not_replay_is_never_the_best(task, tmp_path):
     with pytest.warns(RuntimeWarning, match="does not replay"):
         assert measurer.best_cost(task) == pytest.approx(2e-5)
     assert str(measurer.best_state(task)) == str(tiled(task.dag, 2))
+
+
+def test_reading_some_workloads_keeps_only_their_records(tmp_path):
+    """Lines are picked by a substring test before parsing; a record of another workload
+    whose text names the key (in its desc) must not come back as the key's."""
+    from autosched.history.records import read_records
+    mine = autosched.TuningRecord("key-a", "llvm", (), (1e-3,), desc="")
+    other = autosched.TuningRecord("key-b", "llvm", (), (2e-3,), desc="tuned after key-a")
+    path = tmp_path / "log.json"
+    path.write_text(mine.to_json() + "\n" + other.to_json() + "\n")
+    assert [r.workload_key for r in read_records(str(path), workload_keys={"key-a"})] == ["key-a"]
+    assert [r.workload_key for r in read_records(str(path))] == ["key-a", "key-b"]

@@ -55,7 +55,7 @@ def test_a_childs_outcome_is_classified():
 def test_smoke_run_finds_nothing_wrong():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_inputs.py"), "--smoke"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
-    last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(row["cases"] == 1 for row in last["surfaces"].values()) and len(last["surfaces"]) >= 6
     assert last["bad"] == dict.fromkeys(fuzz.BAD, 0)

@@ -57,12 +57,14 @@ def test_gpu_mutations_keep_programs_within_the_limits(gmm):
     assert all(block_limits_violation(c, task.hardware) is None for c in children)
     unrolls = {s.auto_unroll_max_step for c in children for s in c.steps if type(s).__name__ == "PragmaStep"}
     assert unrolls <= set(AUTO_UNROLL_CHOICES_GPU) and 1024 in AUTO_UNROLL_CHOICES_GPU
-    for weights, message in [({"parallel": 1.0}, "name none of this search space's mutations"),
-                             ({"tile_sizes": 1.0}, "unknown mutation 'tile_sizes'")]:
-        wrong = Evolution(task, RandomModel(), SearchParams(mutation_weights=weights), sketches,
-                          np.random.default_rng(0))
+    wrong = Evolution(task, RandomModel(), SearchParams(mutation_weights={"parallel": 1.0}), sketches,
+                      np.random.default_rng(0))
+    with pytest.raises(ValueError, match="name none of this search space's mutations"):
+        wrong._mutate(programs[0], sketch_length(programs[0], sketches), 64)
+    for weights, message in [({"tile_sizes": 1.0}, "unknown mutation 'tile_sizes'"),   # refused before any tuning
+                             ({"tile_size": 0.0}, "positive sum")]:
         with pytest.raises(ValueError, match=message):
-            wrong._mutate(programs[0], sketch_length(programs[0], sketches), 64)
+            SearchParams(mutation_weights=weights)
 
 
 def test_the_policy_of_a_gpu_task_drops_children_the_device_cannot_run():

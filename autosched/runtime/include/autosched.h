@@ -2,7 +2,7 @@
  *
  * The artifact is a shared library: these functions are in it. Link the program with the
  * artifact (cc main.c ./model.aso -Wl,-rpath,'$ORIGIN') or dlopen it and look them up, then
- * call autosched_model_load with the artifact's path (its weights are mapped from there).
+ * call autosched_model_load with the artifact's path (its weights are read from there, or mapped with AUTOSCHED_WEIGHTS=map).
  *
  * Threads: a model runs one call at a time (a call waits for the one in progress); different
  * models, or several loads of one artifact, run at the same time from different threads.
