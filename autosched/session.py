@@ -49,10 +49,10 @@ class _ExecutorModel:
             if log_file is None:   # zero-trial programs were asked for: no warning that they are untuned
                 warnings.simplefilter("ignore", UntunedWorkloadWarning)
             self.executor = GraphExecutor(part, log_file=log_file)
-        graph = part.graph
-        self.inputs = [TensorInfo(n.name, tuple(n.shape), np.dtype(n.dtype)) for n in graph.inputs]
-        self.outputs = [TensorInfo(name, tuple(n.shape), np.dtype(n.dtype))
-                        for n, name in zip(graph.outputs, output_names)]
+        graph, model = part.graph, part.original   # the model's own dtypes (a float16 model's in float16)
+        self.inputs = [TensorInfo(n.name, tuple(n.shape), np.dtype(d)) for n, d in zip(graph.inputs, model.input_dtypes)]
+        self.outputs = [TensorInfo(name, tuple(n.shape), np.dtype(d))
+                        for n, name, d in zip(graph.outputs, output_names, model.output_dtypes)]
         self.num_threads = num_threads
         self._lock = threading.Lock()
 

@@ -48,9 +48,17 @@ def import_model(model, input_shapes: dict | None = None, winograd: bool = True)
                     f"got {model!r}")
 
 
-def _tensors(nodes, names) -> list[dict]:
-    return [{"name": name, "shape": list(n.shape), "dtype": str(np.dtype(n.dtype)), "layout": "row-major"}
-            for n, name in zip(nodes, names)]
+def _tensors(nodes, names, model_dtypes) -> list[dict]:
+    """Manifest entries: ``dtype`` is what the library's entry points take (as the C API's
+    ``autosched_tensor_info``), ``model_dtype`` the model's own where it differs (a float16
+    ONNX model, computed in float32: the Python runtime casts at the border, as its executor)."""
+    entries = []
+    for n, name, model_dtype in zip(nodes, names, model_dtypes):
+        entry = {"name": name, "shape": list(n.shape), "dtype": str(np.dtype(n.dtype)), "layout": "row-major"}
+        if np.dtype(model_dtype) != np.dtype(n.dtype):
+            entry["model_dtype"] = str(np.dtype(model_dtype))
+        entries.append(entry)
+    return entries
 
 
 def _cpu() -> dict:
@@ -79,8 +87,9 @@ def _manifest(executor: GraphExecutor, plan, output_names, log_file, build_id: b
     return {
         "format": artifact.FORMAT, "autosched_version": __version__, "model": part.name,
         "build_id": build_id.hex(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "inputs": _tensors(executor.graph.inputs, [n.name for n in executor.graph.inputs]),
-        "outputs": _tensors(executor.graph.outputs, output_names),
+        "inputs": _tensors(executor.graph.inputs, [n.name for n in executor.graph.inputs],
+                           part.original.input_dtypes),
+        "outputs": _tensors(executor.graph.outputs, output_names, part.original.output_dtypes),
         "arena": {"bytes": plan.arena_bytes, "without_reuse_bytes": executor.memory.naive_bytes,
                   "tensors": len(executor.memory.offsets)},
         "weights": {"bytes": len(plan.weights)},

@@ -8,8 +8,11 @@ model runs one call at a time (its arena is one), in the order the calls arrive.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -39,8 +42,11 @@ def _version() -> str:
     return __version__
 
 
-def _tensors(entries) -> list[TensorInfo]:
-    return [TensorInfo(e["name"], tuple(e["shape"]), np.dtype(e["dtype"])) for e in entries]
+def _tensors(entries) -> tuple[list[TensorInfo], list[np.dtype]]:
+    """The model's inputs or outputs as its users see them (a float16 ONNX model's in float16)
+    and the dtypes the library computes them in (the manifest's ``dtype``)."""
+    infos = [TensorInfo(e["name"], tuple(e["shape"]), np.dtype(e.get("model_dtype", e["dtype"]))) for e in entries]
+    return infos, [np.dtype(e["dtype"]) for e in entries]
 
 
 def _check_runnable(path: str, manifest: dict) -> None:
@@ -54,9 +60,10 @@ def _check_runnable(path: str, manifest: dict) -> None:
                                      "this machine")
 
 
-def input_arrays(infos: list[TensorInfo], inputs) -> list[np.ndarray]:
+def input_arrays(infos: list[TensorInfo], inputs, computed=None) -> list[np.ndarray]:
     """``inputs`` (a list in the order of ``infos``, or a dict by name) checked against the
-    model's inputs: C-contiguous arrays of the right dtypes and shapes, in order."""
+    model's inputs: C-contiguous arrays of the right dtypes and shapes, in order, converted
+    to the dtypes ``computed`` gives (default: as they are)."""
     names = [i.name for i in infos]
     if isinstance(inputs, dict):
         unknown = sorted(set(inputs) - set(names))
@@ -78,7 +85,34 @@ def input_arrays(infos: list[TensorInfo], inputs) -> list[np.ndarray]:
         if x.shape != info.shape:
             raise ValueError(f"input '{info.name}' has shape {x.shape}, the model expects {info.shape}")
         arrays.append(np.ascontiguousarray(x))
+    if computed is not None:
+        arrays = [a if a.dtype == d else a.astype(d) for a, d in zip(arrays, computed)]
     return arrays
+
+
+#: path -> (device, inode) of the file this process loaded under that name
+_loaded_files: dict[str, tuple[int, int]] = {}
+_aliases_folder: list[str] = []
+
+
+def _open_library(path: str) -> ctypes.CDLL:
+    """``ctypes.CDLL(path)``, but never a library this process loaded before from a file since
+    replaced at ``path`` (compiling again to the same name): the dynamic loader hands back
+    whatever it loaded under a name it has seen, so a replaced file is opened under a name of
+    its own (a symbolic link in a private folder, named by the file's inode); the loader still
+    shares one copy of each file."""
+    info = os.stat(path)
+    file_id = (info.st_dev, info.st_ino)
+    name = path
+    if _loaded_files.setdefault(path, file_id) != file_id:
+        if not _aliases_folder:
+            folder = tempfile.mkdtemp(prefix="autosched-libs-")
+            atexit.register(shutil.rmtree, folder, True)
+            _aliases_folder.append(folder)
+        name = os.path.join(_aliases_folder[0], f"{info.st_dev}-{info.st_ino}-{os.path.basename(path)}")
+        if not os.path.lexists(name):
+            os.symlink(path, name)
+    return ctypes.CDLL(name)
 
 
 class Model:
@@ -98,10 +132,10 @@ class Model:
         artifact.check_library(path, sections, manifest)
         openmp.set_spin_policy(spin)
         self.path, self.manifest = path, manifest
-        self.inputs = _tensors(manifest["inputs"])
-        self.outputs = _tensors(manifest["outputs"])
+        self.inputs, self._input_dtypes = _tensors(manifest["inputs"])
+        self.outputs, self._output_dtypes = _tensors(manifest["outputs"])
         try:
-            self._lib = ctypes.CDLL(path)
+            self._lib = _open_library(path)
         except OSError as err:
             raise artifact.ArtifactError(f"{path!r}: the dynamic loader cannot load its library: {err}") from None
         try:
@@ -148,9 +182,11 @@ class Model:
     def run(self, inputs, outputs=None) -> list[np.ndarray]:
         """The model's outputs on ``inputs`` (a list in the model's order, or a dict by
         name), written into ``outputs`` when given (writeable arrays), else new arrays."""
-        ins, outs = input_arrays(self.inputs, inputs), self._output_arrays(outputs)
+        ins, outs = input_arrays(self.inputs, inputs, self._input_dtypes), self._output_arrays(outputs)
+        # the library writes outputs in the dtypes it computes; a float16 model's are converted after
+        native = [y if y.dtype == d else np.empty(y.shape, d) for y, d in zip(outs, self._output_dtypes)]
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
-        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[a.ctypes.data for a in outs])
+        out_ptrs = (ctypes.c_void_p * max(len(native), 1))(*[a.ctypes.data for a in native])
         with self._lock:   # also keeps close() from freeing the model under a run
             if self._handle is None:
                 raise RuntimeError(f"the model {self.path!r} is closed")
@@ -159,6 +195,9 @@ class Model:
                 message = self._lib.autosched_last_error().decode()
                 kind = MemoryError if "MemoryError" in message else RuntimeError
                 raise kind(message)
+        for y, computed in zip(outs, native):
+            if y is not computed:
+                np.copyto(y, computed, casting="same_kind")
         return outs
 
     def close(self) -> None:

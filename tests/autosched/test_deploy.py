@@ -456,3 +456,46 @@ def test_compile_never_replaces_a_file_it_did_not_write(models, tmp_path, capsys
     aso = str(tmp_path / "again.aso")
     assert main(["compile", onnx_path, "-o", aso, "--no-base-model"]) == 0
     assert main(["compile", onnx_path, "-o", aso, "--no-base-model"]) == 0   # an artifact is replaced
+
+
+def test_a_float16_model_takes_and_returns_float16_as_onnxruntime_does(tmp_path):
+    """A float16 model (computed in float32) through the artifact and both sessions: float16
+    in its interface, float16 feeds taken, float16 outputs matching onnxruntime's."""
+    from tests.autosched.test_fp16 import mlp_with_cast_pairs
+    path = str(tmp_path / "mlp16.onnx")
+    open(path, "wb").write(mlp_with_cast_pairs())
+    aso = compile_model(path, output=str(tmp_path / "mlp16.aso"), base_model=None)
+    entry, = read_manifest(aso)["inputs"]
+    assert (entry["dtype"], entry["model_dtype"]) == ("float32", "float16")   # the C API computes in float32
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float16)
+    want, = onnxruntime_outputs(path, {"x": x}).values()
+    theirs = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for source in (aso, path):
+        sess = autosched.InferenceSession(source)
+        assert [(i.name, i.type) for i in sess.get_inputs()] == [(i.name, i.type) for i in theirs.get_inputs()]
+        assert [o.type for o in sess.get_outputs()] == ["tensor(float16)"]
+        y, = sess.run(None, {"x": x})
+        assert y.dtype == np.float16
+        np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=1e-2,
+                                   atol=1e-2 * float(np.abs(want).max()))
+        with pytest.raises(TypeError, match="has dtype float32, the model expects float16"):
+            sess.run(None, {"x": x.astype(np.float32)})
+    model = Model(aso)
+    into = np.zeros((3, 8), np.float16)
+    assert model.run([x], [into])[0] is into and np.array_equal(into, model.run([x])[0])
+
+
+def test_an_artifact_compiled_again_to_the_same_path_loads_the_new_one(tmp_path):
+    """The dynamic loader hands back the library it loaded under a name it has seen: loading
+    a recompiled artifact in the same process ran the old library (and checked it against
+    the new manifest)."""
+    onnx_path = str(tmp_path / "net.onnx")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    aso = str(tmp_path / "net.aso")
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    for scale in (1.0, -3.0):
+        weight = (scale * np.arange(12, dtype=np.float32)).reshape(4, 3)
+        save_model(onnx_path, nodes, {"x": (2, 4)}, ["y"], {"w": weight})
+        compile_model(onnx_path, output=aso, base_model=None)
+        got, = Model(aso).run([x])
+        np.testing.assert_allclose(got, x @ weight, rtol=1e-5, atol=1e-5)
