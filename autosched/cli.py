@@ -397,15 +397,15 @@ def measurement(address: str | None):
 def cmd_tune(args) -> int:
     """``autosched tune``: a workload, a network or an ONNX model, measured here or on a
     Dask cluster (``--dask``)."""
+    check_tune_arguments(args)   # (a mistake is said before any cluster is connected to)
     with measurement(args.dask) as measured_by:
         args.options = tune_options(args, measured_by)
         return _tune(args)
 
 
-def _tune(args) -> int:
-    """Tune a workload; print the winner's loop nest and its speed beside numpy."""
-    if args.dask is None and args.trials > 0:  # (before anything is built: this machine must run the programs)
-        args.target.backend.require_device(args.target)
+def check_tune_arguments(args) -> None:
+    """The usage errors of ``tune`` that its arguments alone show; a network's unset options
+    get their defaults."""
     if args.base_model not in (None, "default") and not args.target.backend.base_model:
         raise UsageError(f"--base-model does not apply to --target {args.target}: the base model knows CPU programs "
                          "only")
@@ -417,17 +417,29 @@ def _tune(args) -> int:
         for key, default in NETWORK_OPTIONS.items():
             if getattr(args, key) is None:
                 setattr(args, key, default)
-        return cmd_tune_network(args)
+        return
     if args.workload is None:
         raise UsageError(f"tune needs a workload (see `{PROG} list`) or --network NAME")
     if not args.winograd and not args.workload.endswith(".onnx"):
         given.append("--no-winograd")
     if given:
         raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to --network")
-    if args.workload.endswith(".onnx"):
-        return cmd_tune_model(args)
+    if args.workload.endswith(".onnx"):   # (its path was checked when parsed)
+        return
     if args.input_shape:
         raise UsageError("--input-shape applies only to an ONNX model")
+    ops.suite_workload(args.workload)   # an unknown name is a ValueError naming the known ones
+
+
+def _tune(args) -> int:
+    """Tune a workload, a network or an ONNX model (``check_tune_arguments`` passed); for a
+    workload, print the winner's loop nest and its speed beside numpy."""
+    if args.dask is None and args.trials > 0:  # (before anything is built: this machine must run the programs)
+        args.target.backend.require_device(args.target)
+    if args.network is not None:
+        return cmd_tune_network(args)
+    if args.workload.endswith(".onnx"):
+        return cmd_tune_model(args)
     from .tune import auto_schedule
     w = ops.suite_workload(args.workload)
     dag = ir.ComputeDAG(w.tensors)

@@ -83,6 +83,10 @@ def test_pretrain_into_a_folder_or_a_bad_name_is_one_line(tmp_path, capsys):
     (["tune", GMM, "--dask", ""], "expected a Dask scheduler address"),
     (["tune", GMM, "--dask", "tcp://host:port"], "expected a Dask scheduler address"),
     (["tune", GMM, "--dask", "a b"], "expected a Dask scheduler address"),
+    # mistakes in the arguments are said before a cluster is connected to (none listens there)
+    (["tune", "GMM-1x3", "--dask", "tcp://127.0.0.1:9"], "unknown workload 'GMM-1x3'"),
+    (["tune", GMM, "--network", "resnet50", "--dask", "tcp://127.0.0.1:9"], "not both"),
+    (["tune", GMM, "--batch-size", "2", "--dask", "tcp://127.0.0.1:9"], "applies only to --network"),
     (["pretrain", "nolog.json", "-o", "m.json"], "no tuning log at 'nolog.json'"),
     (["pretrain", "--rounds", "0", "nolog.json", "-o", "m.json"], "--rounds must be >= 1, got 0"),
     (["run", "nomodel.onnx", "--log-file", "x"], "no model file at 'nomodel.onnx'"),
