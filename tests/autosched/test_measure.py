@@ -17,10 +17,11 @@ import pytest
 import ir
 from ir.steps import Step
 from autosched import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, ProgramMeasurer,
-                       TooManyMeasureErrors, WorkerCrashed, WorkerPool, WorkerTimeout, MAX_COST)
+                       RecordToFile, TooManyMeasureErrors, WorkerCrashed, WorkerPool, WorkerTimeout, MAX_COST)
 from autosched.measure import verify
 from tests.autosched.measure_faults import Fault
-from tests.autosched.stand_ins import StandInBuilder
+from autosched.measure import MeasurementLost
+from tests.autosched.stand_ins import StandInBuilder, StandInRunner
 
 E = MeasureErrorNo
 
@@ -496,3 +497,45 @@ def test_retiming_in_turns_keeps_each_programs_fastest_turn_and_the_fastest_prog
     with pytest.raises(ValueError, match="turns must be >= 1"):
         m.retime(task, [lucky], turns=0)
     assert m.retime(task, []) == []
+
+
+class _LosesItsCluster(StandInRunner):
+    """A runner whose first ``losses`` runs report the first two programs, then lose the rest
+    (``MeasurementLost``); later runs measure all they are given."""
+
+    def __init__(self, losses: int):
+        super().__init__()
+        self.losses = losses
+        self.given: list[int] = []
+
+    def run(self, inputs, builds, on_result=None, timeout=None):
+        self.given.append(len(inputs))
+        if self.losses:
+            self.losses -= 1
+            super().run(inputs[:2], builds[:2], on_result, timeout)
+            raise MeasurementLost("a Dask job was lost before it reported: stand-in")
+        return super().run(inputs, builds, on_result, timeout)
+
+
+def test_a_batch_whose_machine_was_lost_is_measured_again_once(task, states, tmp_path):
+    """Lost once: the programs that did not report are measured again (only they), and each
+    program has one result and one log line. Lost twice: the error goes up, and what
+    reported is in the log."""
+    from autosched.history.records import read_records
+    unique = list({s.key: s for s in states}.values())
+    n = len(unique)
+    assert n >= 4
+    inputs = [MeasureInput(task, s) for s in unique]
+    log = str(tmp_path / "again.jsonl")
+    runner = _LosesItsCluster(losses=1)
+    with ProgramMeasurer(StandInBuilder(), runner, callbacks=[RecordToFile(log)], max_consecutive_errors=0) as m:
+        results = m.measure_inputs(inputs)
+    assert runner.given == [n, n - 2]
+    assert len(results) == n and all(r is not None for r in results)
+    assert sorted(r.state(task.dag).key for r in read_records(log)) == sorted(s.key for s in unique)
+    log2 = str(tmp_path / "lost.jsonl")
+    runner = _LosesItsCluster(losses=2)
+    with ProgramMeasurer(StandInBuilder(), runner, callbacks=[RecordToFile(log2)], max_consecutive_errors=0) as m:
+        with pytest.raises(MeasurementLost):
+            m.measure_inputs(inputs)
+    assert runner.given == [n, n - 2] and len(read_records(log2)) == 4
