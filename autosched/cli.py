@@ -163,6 +163,21 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def shape_sets(pairs: list) -> list[dict]:
+    """The sets of input shapes that ``--input-shape`` options give, in order: the k-th
+    value of each name is in the k-th set (``x=1x8 --input-shape x=4x8``: two sets); a
+    name given once is in every set. [] when none is given."""
+    values: dict[str, list] = {}
+    for name, shape in pairs:
+        values.setdefault(name, []).append(shape)
+    n = max((len(v) for v in values.values()), default=0)
+    uneven = {k: len(v) for k, v in values.items() if len(v) not in (1, n)}
+    if uneven:
+        raise UsageError(f"--input-shape gives {n} shapes of some inputs and {uneven} of others: give each input "
+                         f"once (for every set) or {n} times (one per set)")
+    return [{k: v[min(i, len(v) - 1)] for k, v in values.items()} for i in range(n)]
+
+
 def network_name(text: str) -> str:
     if ALIASES.get(text.lower(), text.lower()) not in NETWORKS:
         raise argparse.ArgumentTypeError(f"unknown network {text!r} (--network); expected one of "
@@ -349,7 +364,9 @@ def add_tune(sub) -> None:
     _add_history(tune)
     _add_target(tune, "tune a workload, a network or an ONNX model")
     tune.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
-                      help="an ONNX model's input shape where the model leaves it open, e.g. input_ids=1x128")
+                      help="an ONNX model's input shape where the model leaves it open, e.g. input_ids=1x128; "
+                           "give a name again to tune several sets of shapes in one run (input_ids=1x128 "
+                           "--input-shape input_ids=1x256: one log serves both)")
     tune.add_argument("--dask", metavar="ADDRESS", type=dask_address, default=None,
                       help="measure on a Dask cluster (its scheduler's address, e.g. tcp://host:8786): builds on "
                            "any worker, runs on the workers started with --resources runner=1")
@@ -425,6 +442,7 @@ def check_tune_arguments(args) -> None:
     if given:
         raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to --network")
     if args.workload.endswith(".onnx"):   # (its path was checked when parsed)
+        args.shape_sets = shape_sets(args.input_shape)
         return
     if args.input_shape:
         raise UsageError("--input-shape applies only to an ONNX model")
@@ -504,21 +522,38 @@ def cmd_tune_network(args) -> int:
 
 # models from ONNX files -------------------------------------------------------------------
 
-def _import_model(path: str, shapes):
-    """The model at ``path`` as a graph. A model we cannot read or convert is a one-line
+def _from_onnx(path: str, shapes: dict):
+    """``graph.from_onnx(path, shapes)``. A model we cannot read or convert is a one-line
     error that names the file (exit code 2: it is about the file given, even where the
     importer's own check is what failed; ``--debug`` shows where)."""
     try:
-        model = graph.from_onnx(path, dict(shapes))
+        return graph.from_onnx(path, shapes)
     except ImportError as err:
         raise UsageError(str(err)) from err
     except Exception as err:  # noqa: BLE001 - onnx's, protobuf's and the importer's errors alike
         why = _explain(err)[0] if _is_about_the_input(err) else f"{type(err).__name__}: {str(err)[:300]}"
         raise UsageError(f"cannot import the ONNX model {path!r}: {why}") from err   # (--debug shows both)
+
+
+def _import_model(path: str, shapes):
+    """The model at ``path`` as a graph, its open axes fixed by ``shapes``."""
+    model = _from_onnx(path, dict(shapes))
     if isinstance(model, graph.DynamicModel):
         raise UsageError(f"the model's inputs {model.describe_open_axes()} have no static shape; give them with "
                          "--input-shape NAME=DIMS")
     return model
+
+
+def _import_models(path: str, sets: list[dict]) -> list:
+    """The model at ``path`` as one graph per set of input shapes (``shape_sets``; one graph
+    for none), each named by its shapes when there are several."""
+    if len(sets) <= 1:
+        return [_import_model(path, sets[0] if sets else {})]
+    model = _from_onnx(path, {})
+    if not isinstance(model, graph.DynamicModel):
+        raise UsageError(f"--input-shape gives {len(sets)} sets of shapes, but {path!r} has no open axes: its "
+                         "shapes are fixed")
+    return [model.graph(shapes) for shapes in sets]
 
 
 def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
@@ -555,19 +590,26 @@ def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
 
 
 def cmd_tune_model(args) -> int:
-    """``autosched tune model.onnx``: import the model, tune every task, then run the tuned
-    model, check it and time it beside onnxruntime and PyTorch."""
-    model = _import_model(args.workload, args.input_shape)
-    part = graph.partition(model, winograd=args.winograd)
-    print(f"# {model.summary()}\n# {part.summary()}", flush=True)
-    result = networks.tune_networks(part, args.options, target=args.target)
-    executor = result.executor(0, warn_untuned=False, base_model=args.base_model)
-    estimate = result.estimated_latencies()[part.name]
-    estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"
-    print(f"# tuned {result.trials} trials; {len(executor.untuned)} of {len(part.tasks)} tasks untuned; "
-          f"estimated from the tasks {estimate}")
-    inputs = model.random_inputs(args.seed)
-    ok = _compare_with_baselines(args.workload, args.input_shape, executor, inputs, executor.run(*inputs))
+    """``autosched tune model.onnx``: import the model (once per set of input shapes), tune
+    every task of all of them together, then run the tuned model of each set, check it and
+    time it beside onnxruntime and PyTorch."""
+    sets = args.shape_sets or [{}]
+    models = _import_models(args.workload, sets)
+    parts = [graph.partition(model, winograd=args.winograd) for model in models]
+    for model, part in zip(models, parts):
+        print(f"# {model.summary()}\n# {part.summary()}", flush=True)
+    result = networks.tune_networks(parts if len(parts) > 1 else parts[0], args.options, target=args.target)
+    estimates = result.estimated_latencies()
+    ok = True
+    for i, (model, part, shapes) in enumerate(zip(models, parts, sets)):
+        executor = result.executor(i, warn_untuned=False, base_model=args.base_model)
+        estimate = estimates[part.name]
+        estimate = f"{1e3 * estimate:.3f} ms" if estimate < 1e9 else "- (a task has no valid program yet)"
+        shown = f" ({graph.dynamic.shape_text(shapes)})" if len(sets) > 1 else ""
+        print(f"# tuned {result.trials} trials; {len(executor.untuned)} of {len(part.tasks)} tasks untuned{shown}; "
+              f"estimated from the tasks {estimate}")
+        inputs = model.random_inputs(args.seed)
+        ok &= _compare_with_baselines(args.workload, shapes.items(), executor, inputs, executor.run(*inputs))
     return 0 if ok else 1
 
 

@@ -466,6 +466,25 @@ def test_command_line_tunes_and_runs_a_model(tmp_path, monkeypatch, capsys, pool
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     assert main(["run", str(path), "--log-file", str(tmp_path / "missing.json")]) == 2
     assert "no tuning log" in capsys.readouterr().err
+    # two sets of shapes in one run, one log: each set's model checked, and `run` finds its programs in the log
+    log2 = tmp_path / "sets.json"
+    rc = main(["tune", str(path), "--input-shape", "x=1x3x6x6", "--input-shape", "x=3x3x6x6", "--trials", "6",
+               "--batch", "2", "--log-file", str(log2)])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.count("outputs match onnxruntime's: OK") == 2 and "(x=3x3x6x6)" in out
+    x3 = rng.standard_normal((3, 3, 6, 6)).astype(np.float32)
+    np.save(tmp_path / "x3.npy", x3)
+    assert main(["run", str(path), "--input-shape", "x=3x3x6x6", "--log-file", str(log2), "--input",
+                 str(tmp_path / "x3.npy"), "--output", str(tmp_path / "y3.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "y3.npy"), sess.run(None, {"x": x3})[0], rtol=1e-4, atol=1e-5)
+    capsys.readouterr()
+    for shapes, message in ((["x=1x3x6x6", "x=2x3x6x6", "x=4x3x6x6", "z=1x8", "z=2x8"], "give each input once"),
+                            (["x=1x3x6x6", "x=2x3x6x6", "z=1x8"], "which are not inputs of the model"),
+                            (["x=1x3x6x6", "x=2x3x7x7"], "its axis 2 is fixed at 6")):
+        argv = ["tune", str(path), "--trials", "2"] + [a for v in shapes for a in ("--input-shape", v)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
 
 
 def test_constant_folding_honours_the_opset():
