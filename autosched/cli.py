@@ -564,9 +564,11 @@ def _compare_with_baselines(path, shapes, executor, inputs, ours) -> bool:
     lines = [f"# autosched: {1e3 * latency:.3f} ms end to end"]
     try:
         ort_run = B.onnxruntime_runner(path, threads)
-    except ImportError:
+    except Exception as why:  # noqa: BLE001 - not installed, or its kernels lack an operator or type (bfloat16)
         ok, err = executor.verify(*inputs)
-        lines.append(f"# onnxruntime not installed; checked against the numpy reference: {'OK' if ok else 'WRONG'} "
+        reason = "onnxruntime not installed" if isinstance(why, ImportError) else \
+            f"onnxruntime cannot run this model ({str(why).strip()[:120]})"
+        lines.append(f"# {reason}; checked against the numpy reference: {'OK' if ok else 'WRONG'} "
                      f"(max relative error {err:.2e})")
     else:
         want = ort_run(*inputs)

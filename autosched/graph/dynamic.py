@@ -35,7 +35,7 @@ def shape_text(shapes: dict) -> str:
 
 
 class DynamicModel:
-    """An ONNX model (float32, see ``onnx_fp16``) whose inputs leave axes open.
+    """An ONNX model (float32, see ``onnx_half``) whose inputs leave axes open.
     ``inputs``: the run-time inputs' names in call order; ``declared``: each one's dims
     (an int, or the name of an open axis). Made by ``from_onnx``, which passes
     ``import_graph(model, shapes, name)``."""

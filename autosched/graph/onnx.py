@@ -29,7 +29,7 @@ import numpy as np
 
 from .dynamic import DynamicModel, declared_dims
 from .graph import Graph, topological_order
-from .onnx_fp16 import as_float32
+from .onnx_half import as_float32
 from .onnx_layout import Builder, Value, identity
 from . import onnx_index, onnx_nn, onnx_pointwise  # noqa: F401 - they register their converters
 from .onnx_ops import CONVERTERS, ONNX_DTYPES, OnnxNode, Unsupported
@@ -392,20 +392,20 @@ def from_onnx(model_or_path, input_shapes: dict | None = None, name: str | None 
     shapes. ``input_shapes``: static shapes for inputs whose shape the model leaves open
     (e.g. ``{"input_ids": (1, 128)}``; open axes of the same name take the same extent).
     Without them, a model with open axes (a batch, a sequence) is returned as a
-    ``DynamicModel``, imported per set of shapes when run (``dynamic``). A float16 model is
-    computed in float32, takes float16 (or float32) inputs and returns float16 outputs
-    (``onnx_fp16``). Raises ``UnsupportedModelError`` listing every operator it cannot import."""
+    ``DynamicModel``, imported per set of shapes when run (``dynamic``). A float16 (bfloat16) model is
+    computed in float32, takes float16 (bfloat16) or float32 inputs and returns its own dtype
+    (``onnx_half``). Raises ``UnsupportedModelError`` listing every operator it cannot import."""
     model = load_model(model_or_path)
     opset = model_opset(model)
     if opset not in OPSETS:
         raise ValueError(f"the model uses opset {opset} of the default ONNX domain; autosched imports opsets "
                          f"{OPSETS.start} to {OPSETS.stop - 1} (convert it with onnx.version_converter)")
     check_model(model)
-    model, float16_io = as_float32(model)
+    model, half_io = as_float32(model)
     if name is None:
         name = model.graph.name or (os.path.splitext(os.path.basename(model_or_path))[0]
                                     if isinstance(model_or_path, (str, os.PathLike)) else "onnx_model")
-    import_graph = functools.partial(_import_graph, opset=opset, interface_dtypes=float16_io)
+    import_graph = functools.partial(_import_graph, opset=opset, interface_dtypes=half_io)
     dynamic = DynamicModel(model, name, {i.name: declared_dims(i) for i in _runtime_inputs(model)}, import_graph)
     if not dynamic.open_axes:
         return import_graph(model, input_shapes, name)

@@ -253,7 +253,7 @@ def torch_runner(model_or_path, input_shapes: dict | None = None, threads: int |
             raise Unsupported(f"{node.op_type} has no PyTorch mapping here")
         steps.append((fn, node_attributes(node), list(node.input), list(node.output), node.op_type))
         runtime.update(o for o in node.output if o)
-    tensors = {k: torch.from_numpy(np.array(v)) for k, v in consts.items()}
+    tensors = {k: _to_torch(torch, np.array(v)) for k, v in consts.items()}
 
     def forward(*xs):
         values = dict(zip([i.name for i in inputs], xs))
@@ -289,12 +289,29 @@ def torch_runner(model_or_path, input_shapes: dict | None = None, threads: int |
 
     def run(*arrays):
         with torch.inference_mode():
-            out = frozen(*[torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
-        return [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+            out = frozen(*[_to_torch(torch, np.ascontiguousarray(a)) for a in arrays])
+        return [_to_numpy(torch, o) for o in (out if isinstance(out, tuple) else (out,))]
 
     return run
 
 
+def _to_torch(torch, array: np.ndarray):
+    """``torch.from_numpy``, which knows no bfloat16 (ml_dtypes'): those go through float32
+    (exactly: every bfloat16 is a float32)."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def _to_numpy(torch, tensor) -> np.ndarray:
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+        return tensor.float().numpy().astype(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
 def _torch_dtype(torch, onnx_type: int):
-    from onnx import helper
+    from onnx import TensorProto, helper
+    if onnx_type == TensorProto.BFLOAT16:
+        return torch.bfloat16
     return torch.from_numpy(np.zeros(0, helper.tensor_dtype_to_np_dtype(onnx_type))).dtype

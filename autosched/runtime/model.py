@@ -34,6 +34,7 @@ class TensorInfo:
 
 
 _ONNX_TYPE_NAMES = {"float32": "float", "float64": "double", "int64": "int64", "int32": "int32", "float16": "float16",
+                    "bfloat16": "bfloat16",
                     "int8": "int8", "uint8": "uint8", "bool": "bool"}
 
 
@@ -45,8 +46,19 @@ def _version() -> str:
 def _tensors(entries) -> tuple[list[TensorInfo], list[np.dtype]]:
     """The model's inputs or outputs as its users see them (a float16 ONNX model's in float16)
     and the dtypes the library computes them in (the manifest's ``dtype``)."""
-    infos = [TensorInfo(e["name"], tuple(e["shape"]), np.dtype(e.get("model_dtype", e["dtype"]))) for e in entries]
-    return infos, [np.dtype(e["dtype"]) for e in entries]
+    infos = [TensorInfo(e["name"], tuple(e["shape"]), _dtype(e.get("model_dtype", e["dtype"]))) for e in entries]
+    return infos, [_dtype(e["dtype"]) for e in entries]
+
+
+def _dtype(name: str) -> np.dtype:
+    """numpy's dtype of ``name``; bfloat16 (a bfloat16 ONNX model's interface) is ml_dtypes'."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes  # noqa: F401 - registers the dtype with numpy
+        except ImportError:
+            raise artifact.ArtifactError("the model takes or returns bfloat16 arrays, which need the ml_dtypes "
+                                         "package (pip install ml_dtypes)") from None
+    return np.dtype(name)
 
 
 def _check_runnable(path: str, manifest: dict) -> None:

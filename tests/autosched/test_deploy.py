@@ -461,7 +461,7 @@ def test_compile_never_replaces_a_file_it_did_not_write(models, tmp_path, capsys
 def test_a_float16_model_takes_and_returns_float16_as_onnxruntime_does(tmp_path):
     """A float16 model (computed in float32) through the artifact and both sessions: float16
     in its interface, float16 feeds taken, float16 outputs matching onnxruntime's."""
-    from tests.autosched.test_fp16 import mlp_with_cast_pairs
+    from tests.autosched.test_half import mlp_with_cast_pairs
     path = str(tmp_path / "mlp16.onnx")
     open(path, "wb").write(mlp_with_cast_pairs())
     aso = compile_model(path, output=str(tmp_path / "mlp16.aso"), base_model=None)
@@ -483,6 +483,31 @@ def test_a_float16_model_takes_and_returns_float16_as_onnxruntime_does(tmp_path)
     model = Model(aso)
     into = np.zeros((3, 8), np.float16)
     assert model.run([x], [into])[0] is into and np.array_equal(into, model.run([x])[0])
+
+
+def test_a_bfloat16_artifact_answers_in_bfloat16_in_a_fresh_interpreter(tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (onnx depends on it)")
+    from tests.autosched.test_half import mlp_with_cast_pairs
+    path = str(tmp_path / "mlp_bf16.onnx")
+    open(path, "wb").write(mlp_with_cast_pairs("bfloat16"))
+    aso = compile_model(path, output=str(tmp_path / "mlp_bf16.aso"), base_model=None)
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(ml_dtypes.bfloat16)
+    want = autosched.InferenceSession(path).run(None, {"x": x})[0]
+    np.save(tmp_path / "x.npy", x.view(np.uint16))
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from autosched.runtime import Model
+        model = Model({aso!r})
+        assert [str(i.type) for i in model.inputs] == ["tensor(bfloat16)"], model.inputs
+        x = np.load({str(tmp_path / "x.npy")!r}).view(model.inputs[0].dtype)
+        y, = model.run([x])
+        assert y.dtype.name == "bfloat16"
+        np.save({str(tmp_path / "y.npy")!r}, y.view(np.uint16))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want.view(np.uint16))
 
 
 def test_an_artifact_compiled_again_to_the_same_path_loads_the_new_one(tmp_path):

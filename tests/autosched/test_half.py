@@ -11,10 +11,7 @@ ort = pytest.importorskip("onnxruntime", reason="checking imported models needs 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from autosched import graph as G  # noqa: E402
-from autosched.graph.onnx_fp16 import as_float32, is_float16  # noqa: E402
-
-H = TensorProto.FLOAT16
-
+from autosched.graph.onnx_half import as_float32, is_half  # noqa: E402
 
 def onnxruntime_outputs(model_bytes: bytes, feeds: dict) -> list:
     sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
@@ -34,14 +31,22 @@ def check_float16(model_bytes: bytes, x: np.ndarray, rtol: float = 1e-2):
     return graph
 
 
-def mlp_with_cast_pairs() -> bytes:
-    """A float16 MLP written as converters write one: float16 weights, a float32 island
-    (softmax between Casts), a float16 Constant and a Cast back to float16."""
+ELEM_TYPES = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16, "float32": TensorProto.FLOAT}
+
+
+def mlp_with_cast_pairs(dtype: str = "float16", values_of: str | None = None) -> bytes:
+    """A half-precision MLP (``dtype``) written as converters write one: half weights, a
+    float32 island (softmax between Casts), a half Constant and a Cast back to half.
+    ``values_of``: round the weights through that dtype (a float32 twin of a bfloat16 model)."""
+    H = ELEM_TYPES[dtype]
     rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array((0.3 * rng.standard_normal((16, 24))).astype(np.float16), "w1")
-    b1 = numpy_helper.from_array((0.1 * rng.standard_normal(24)).astype(np.float16), "b1")
-    w2 = numpy_helper.from_array((0.3 * rng.standard_normal((24, 8))).astype(np.float16), "w2")
-    two = helper.make_tensor("two", H, [], np.array([2.0], np.float16).view(np.uint16).tolist())
+
+    def weight(values, name):
+        return numpy_helper.from_array(values.astype(values_of or dtype).astype(dtype), name)
+    w1 = weight(0.3 * rng.standard_normal((16, 24)), "w1")
+    b1 = weight(0.1 * rng.standard_normal(24), "b1")
+    w2 = weight(0.3 * rng.standard_normal((24, 8)), "w2")
+    two = weight(np.array([2.0]), "two")
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["h"]),
         helper.make_node("Add", ["h", "b1"], ["hb"]),
@@ -77,7 +82,7 @@ def test_as_float32_leaves_the_model_given_and_float32_models_alone():
     model = onnx.load_from_string(mlp_with_cast_pairs())
     before = model.SerializeToString()
     converted, io = as_float32(model)
-    assert model.SerializeToString() == before and is_float16(model) and not is_float16(converted)
+    assert model.SerializeToString() == before and is_half(model) and not is_half(converted)
     assert io == {"inputs": {"x": "float16"}, "outputs": {"y": "float16"}}
     assert as_float32(converted)[0] is converted
 
@@ -112,3 +117,29 @@ def test_float16_model_with_an_open_batch_axis():
         assert ours.dtype == np.float16 and ours.shape == theirs.shape == (batch, 5)
         np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), rtol=1e-2,
                                    atol=1e-2 * float(np.max(np.abs(theirs.astype(np.float32)))))
+
+
+def test_bfloat16_model_matches_its_float32_twin_on_onnxruntime():
+    """onnxruntime's CPU kernels do not run bfloat16 (Relu, MatMul...), so the reference is the
+    float32 model with the same (bfloat16) weights, on the same inputs; ours answers in
+    bfloat16, as the model declares."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (onnx depends on it)")
+    graph = G.from_onnx(mlp_with_cast_pairs("bfloat16"))
+    assert graph.input_dtypes == graph.output_dtypes == ["bfloat16"]
+    assert all(n.dtype == "float32" for n in graph.nodes)
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(ml_dtypes.bfloat16)
+    ours, = G.GraphExecutor(G.partition(graph), warn_untuned=False).run(x)
+    want, = onnxruntime_outputs(mlp_with_cast_pairs("float32", values_of="bfloat16"), {"x": x.astype(np.float32)})
+    assert ours.dtype == ml_dtypes.bfloat16 and ours.shape == want.shape
+    np.testing.assert_allclose(ours.astype(np.float32), want, rtol=1e-2, atol=1e-2 * float(np.abs(want).max()))
+    assert graph.random_inputs(0)[0].dtype == ml_dtypes.bfloat16
+
+
+def test_command_line_checks_a_bfloat16_model_against_numpy_when_onnxruntime_cannot_run_it(tmp_path, capsys):
+    pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (onnx depends on it)")
+    from autosched.cli import main
+    path = tmp_path / "mlp_bf16.onnx"
+    path.write_bytes(mlp_with_cast_pairs("bfloat16"))
+    assert main(["tune", str(path), "--trials", "0", "--no-records-db", "--no-base-model"]) == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime cannot run this model" in out and "checked against the numpy reference: OK" in out
