@@ -29,7 +29,7 @@ Flops count a multiply-add as 2 and index arithmetic not at all (see each module
 scheme (``C2D-1x56x56x64x64-k1s1p0``...) is described in ``suite``.
 """
 from .registry import (OPDEFS, OPERATORS, OpDef, OperatorDef, Workload, elementwise_operator, node_kind, normal, opdef,
-                       operator, operator_def, uniform, workload)
+                       operator, operator_def, uniform, unregister_operator, workload)
 from .common import LAYOUTS, Layout, pad
 from .elementwise import (add, bias_add, broadcast_to, cast, channelwise, clip, divide, erf, gelu, gelu_tanh,
                           hard_sigmoid, hard_swish, leaky_relu, maximum, minimum, multiply, power, power_scalar,
@@ -47,7 +47,7 @@ from .baseline import numpy_routine
 
 __all__ = [
     "OPDEFS", "OPERATORS", "OpDef", "OperatorDef", "Workload", "elementwise_operator", "node_kind", "normal", "opdef",
-    "operator", "operator_def", "uniform", "workload",
+    "operator", "operator_def", "uniform", "unregister_operator", "workload",
     "LAYOUTS", "Layout", "pad",
     "add", "bias_add", "broadcast_to", "cast", "channelwise", "clip", "divide", "erf", "gelu", "gelu_tanh",
     "hard_sigmoid", "hard_swish", "leaky_relu", "maximum", "minimum", "multiply", "power", "power_scalar",

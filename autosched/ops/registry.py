@@ -131,6 +131,14 @@ def node_kind(kind: str, pattern: int, build: Callable, reference: Callable, ari
     return OPDEFS[kind]
 
 
+def unregister_operator(name: str) -> None:
+    """Remove operator ``name``'s workload and node kind (declaring it again then works)."""
+    if name not in _DEFS and name not in OPDEFS:
+        raise ValueError(f"no operator or node kind {name!r} is registered")
+    for table in (_DEFS, OPERATORS, OPDEFS):
+        table.pop(name, None)
+
+
 def operator_def(name: str) -> OperatorDef:
     try:
         return _DEFS[name]
@@ -152,8 +160,9 @@ _WORKLOAD_PARAMETERS = {1: ("shape",), 2: ("shape_a", "shape_b")}
 _INPUT_NAMES = {1: ("x",), 2: ("a", "b")}
 
 
-def elementwise_operator(name: str, *, reference: Callable, flops: int = 1, arity: int = 1, pattern: int | None = None,
-                dtype: str = "float32", inputs: Mapping[str, Sampler] | None = None):
+def elementwise_operator(name: str, *, reference: Callable, flops: int = 1, arity: int = 1,
+                         pattern: int | None = None, dtype: str = "float32",
+                         inputs: Mapping[str, Sampler] | None = None):
     """Declare an elementwise operator from its tensor function, for both uses at once.
 
     The decorated ``fn(*tensors, *attributes, name=...)`` takes ``arity`` (1 or 2) tensors,
@@ -169,16 +178,18 @@ def elementwise_operator(name: str, *, reference: Callable, flops: int = 1, arit
     if arity not in _WORKLOAD_PARAMETERS:
         raise ValueError(f"elementwise operator {name!r}: arity {arity}; expected 1 or 2 "
                          "(declare others with @operator and node_kind)")
+    if name in _DEFS or name in OPDEFS:
+        raise ValueError(f"operator {name!r} is registered twice")
 
     def register(fn):
         params = list(inspect.signature(fn).parameters.values())
         attrs = inspect.Signature([p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params[arity:]
                                    if p.name != "name"])
-        clash = set(attrs.parameters) & {*_WORKLOAD_PARAMETERS[arity], "dtype"}
-        if len(params) <= arity or params[-1].name != "name" or clash:
+        reserved = {*_WORKLOAD_PARAMETERS[arity], "dtype"}
+        if len(params) <= arity or params[-1].name != "name" or reserved & set(attrs.parameters):
             raise ValueError(f"elementwise operator {name!r}: its tensor function must take {arity} tensor(s), "
-                             f"its attributes (none named {sorted(clash or ['dtype'])}), then name; got {fn.__name__}"
-                             f"{inspect.signature(fn)}")
+                             f"its attributes (none named {', '.join(sorted(reserved))}), then name; got "
+                             f"{fn.__name__}{inspect.signature(fn)}")
 
         def node_attrs(given: dict) -> dict:
             try:
