@@ -62,7 +62,8 @@ def uniform(lo: float, hi: float) -> Sampler:
 
 @dataclass(frozen=True)
 class OperatorDef:
-    """What the registry knows about one operator."""
+    """An operator as a workload: its function of shapes and parameters, numpy reference,
+    flop count and input samplers (see ``operator``)."""
     name: str
     build: Callable[..., list]
     reference: Callable[[list, SimpleNamespace], list]
@@ -103,7 +104,8 @@ _DEFS: dict[str, OperatorDef] = {}
 
 def operator(name: str, *, reference: Callable, flops: Callable,
              inputs: Mapping[str, Sampler] | None = None):
-    """Register an operator function under ``name``.
+    """Declare the workload of operator ``name``: the decorated function of shapes and
+    parameters returns the tensors of one ComputeDAG, inputs first, then outputs.
 
     ``reference(arrays, p)`` and ``flops(tensors, p)`` get the parameters bound by name as
     ``p`` (a namespace, defaults filled in); ``reference`` must be numpy code written
