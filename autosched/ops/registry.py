@@ -228,7 +228,8 @@ def _elementwise_workload(name, fn, reference, flops, arity, attrs, dtype, input
 
     build.__signature__ = signature
     build.__name__ = build.__qualname__ = f"{name}_workload"
-    build.__doc__ = fn.__doc__
+    shapes_doc = "a tensor of ``shape``" if arity == 1 else "two tensors (``shape_b`` broadcasts; default ``shape_a``)"
+    build.__doc__ = f"{name} of {shapes_doc}."
     operator(name, inputs=inputs, flops=lambda ts, p: flops * math.prod(ts[-1].shape),
              reference=lambda ins, p: [reference(*ins, **{a: getattr(p, a) for a in attrs.parameters})])(build)
 
