@@ -13,6 +13,7 @@ compares target strings. A new target is a folder with a ``Backend`` and one cal
 """
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, replace
 
@@ -114,10 +115,28 @@ class Target:
     @property
     def backend(self):
         """The ``ir.backend.Backend`` that compiles and runs this target's programs."""
-        return _BACKENDS[self.kind]
+        backend = _BACKENDS.get(self.kind)
+        if backend is None:
+            raise ValueError(f"target kind {self.kind!r} has no back end in this process; expected one of "
+                             f"{', '.join(map(repr, target_names()))} (import the module that registers it)")
+        return backend
 
     def __str__(self) -> str:
         return self.backend.spelling(self)
 
+    def __reduce__(self):
+        """A pickled target names the module of its back end's class, so that a process
+        that unpickles it (a measurement worker: a fresh interpreter) imports the back end
+        first: a target registered outside ``ir`` measures as the built-in ones do."""
+        return _unpickle_target, (self.kind, self.hardware, self.device, type(self.backend).__module__)
+
     def __repr__(self) -> str:
         return f"Target({str(self)!r})"
+
+
+def _unpickle_target(kind: str, hardware: HardwareParams, device: str, module: str) -> Target:
+    """``Target.__reduce__``'s inverse: the back end's module imported where it is missing
+    (it, or its package, calls ``register_backend``)."""
+    if kind not in _BACKENDS:
+        importlib.import_module(module)
+    return Target(kind, hardware, device)

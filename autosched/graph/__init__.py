@@ -5,7 +5,7 @@ that runs a whole network from its tuned kernels (``GraphExecutor``) beside a nu
 reference (``run_reference``), and models from ONNX files (``from_onnx``; the ``onnx``
 package is imported only when it is called; models with open axes run through a
 ``DynamicExecutor``), and PyTorch modules through PyTorch's ONNX exporters (``from_torch``)."""
-from .opdefs import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, OPDEFS, PATTERN_NAMES, REDUCE, OpDef, opdef
+from ..ops.registry import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, OPDEFS, PATTERN_NAMES, REDUCE, OpDef, opdef
 from .graph import Graph, GraphBuilder, Node, constant, normal, topological_order, uniform
 from .passes import fold_batch_norm
 from .partition import PartitionedGraph, Subgraph, Workload, partition, subgraph_dag

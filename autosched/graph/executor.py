@@ -10,7 +10,7 @@ kernels, the tensors' memory planned by liveness (``memory``; reshapes are views
 kernel's arguments checked, and the calls laid out for the native driver (``driver``), so
 that ``run`` is one native call: no allocation, no checks and no Python between kernels.
 
-``run_reference`` is independent numpy code per node type (float64, ``opdefs``) run over the
+``run_reference`` is independent numpy code per node type (float64, the node kinds of ``ops.registry``) run over the
 original graph (before batch-norm folding), so it checks the passes as well as the kernels.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sketch_rules import search_space
 from ..history.records import HistoryBest, UntunedWorkloadWarning
 from ..history.zero_trial import ZeroTrial
 from .graph import Graph
-from .opdefs import opdef
+from ..ops.registry import opdef
 from .memory import ALIGNMENT, MemoryPlan, nbytes, plan_memory
 from .partition import PartitionedGraph
 

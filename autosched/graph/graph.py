@@ -20,7 +20,7 @@ import numpy as np
 
 import ir
 from ir.tensor import as_int
-from .opdefs import opdef
+from ..ops.registry import opdef
 
 
 @dataclass(eq=False)

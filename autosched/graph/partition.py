@@ -1,6 +1,6 @@
 """Partition a network into fused subgraphs, and the subgraphs into tuning tasks.
 
-The fusion rules follow Relay's FuseOps (patterns in ``opdefs``), walking the nodes in
+The fusion rules follow Relay's FuseOps (patterns in ``ops.registry``), walking the nodes in
 topological order; a node joins a producer's group only when that producer is the group's
 output and has no other consumer (so every group has one output and the groups form a DAG):
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import ir
 from ir.dtype import itemsize
 from .graph import Graph, Node
-from .opdefs import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
+from ..ops.registry import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
 from .passes import fold_batch_norm as _fold_batch_norm
 from .passes import use_winograd as _use_winograd
 

@@ -6,7 +6,10 @@ Two levels, as in TVM's topi:
   compute stages from tensors; networks and subgraphs are composed from them.
 - *Operators* (``OPERATORS[name]``, shapes and parameters -> [inputs..., outputs...]) make
   whole workloads; ``workload(name, *args, **kwargs)`` adds the numpy reference, the flop
-  count and valid random inputs (see ``registry.Workload``)::
+  count and valid random inputs (see ``registry.Workload``). The same registry holds the
+  node kinds of the network graph (``OPDEFS[kind]``, ``opdef(kind)``), each declared beside
+  its tensor function; ``@elementwise_operator`` declares an elementwise operator's two
+  uses at once::
 
       w = ops.workload("conv2d", 1, 56, 56, 64, 64, 3, stride=1, padding=1, layout="NHWC")
       kernel = ir.build(ir.ComputeDAG(w.tensors))
@@ -25,27 +28,30 @@ Flops count a multiply-add as 2 and index arithmetic not at all (see each module
 (what to compare a tuned kernel with). The benchmark suite of the paper is ``suite()`` / ``suite_workload(name)``; its naming
 scheme (``C2D-1x56x56x64x64-k1s1p0``...) is described in ``suite``.
 """
-from .registry import OPERATORS, OperatorDef, Workload, normal, operator, operator_def, uniform, workload
+from .registry import (OPDEFS, OPERATORS, OpDef, OperatorDef, Workload, elementwise_operator, node_kind, normal, opdef,
+                       operator, operator_def, uniform, unregister_operator, workload)
 from .common import LAYOUTS, Layout, pad
 from .elementwise import (add, bias_add, broadcast_to, cast, channelwise, clip, divide, erf, gelu, gelu_tanh,
                           hard_sigmoid, hard_swish, leaky_relu, maximum, minimum, multiply, power, power_scalar,
-                          reciprocal, relu, scalar_op, sigmoid, sqrt, subtract, tanh)
+                          reciprocal, relu, relu6, scalar_op, scale, sigmoid, sqrt, subtract, tanh, unary)
 from .linalg import batch_matmul, dense, matmul, norm
 from .conv import capsule_conv2d, conv, conv1d, conv2d, conv2d_transpose, conv3d, depthwise_conv2d
 from .winograd import conv2d_winograd, winograd_weight
 from .nn import batch_norm, global_pool, layer_norm, log_softmax, lrn, pool, reduce, softmax
 from .transform import PAD_MODES, concat, gather, pad_mode, reshape, strided_slice, transpose
 from .image import resize
+from . import indexing, pointwise   # (their operators register themselves)
 from .subgraphs import conv_bn_relu, conv_residual, transpose_batch_matmul
 from .suite import FAMILIES, parse_suite_name, suite, suite_names, suite_workload
 from .baseline import numpy_routine
 
 __all__ = [
-    "OPERATORS", "OperatorDef", "Workload", "normal", "operator", "operator_def", "uniform", "workload",
+    "OPDEFS", "OPERATORS", "OpDef", "OperatorDef", "Workload", "elementwise_operator", "node_kind", "normal", "opdef",
+    "operator", "operator_def", "uniform", "unregister_operator", "workload",
     "LAYOUTS", "Layout", "pad",
     "add", "bias_add", "broadcast_to", "cast", "channelwise", "clip", "divide", "erf", "gelu", "gelu_tanh",
     "hard_sigmoid", "hard_swish", "leaky_relu", "maximum", "minimum", "multiply", "power", "power_scalar",
-    "reciprocal", "relu", "scalar_op", "sigmoid", "sqrt", "subtract", "tanh",
+    "reciprocal", "relu", "relu6", "scalar_op", "scale", "sigmoid", "sqrt", "subtract", "tanh", "unary",
     "batch_matmul", "dense", "matmul", "norm",
     "capsule_conv2d", "conv", "conv1d", "conv2d", "conv2d_transpose", "conv3d", "depthwise_conv2d",
     "conv2d_winograd", "winograd_weight",

@@ -126,6 +126,24 @@ def pad(data, pad_before, pad_after=None, pad_value=0.0, name: str = "pad"):
     return ir.compute(shape, body, name=name, tag="injective,pad")
 
 
+def attr_tuple(value, n: int) -> tuple:
+    """A graph node's attribute that is an int (repeated ``n`` times) or a tuple, as a tuple."""
+    return (value,) * n if as_int(value) is not None else tuple(value)
+
+
+def node_layout(ndim: int) -> str:
+    """The layout of a graph node's data of ``ndim`` dimensions: channel-last."""
+    return LAYOUTS[ndim - 2][1]
+
+
+def node_pads(attrs: dict, spatial_dims: int) -> tuple[tuple, tuple]:
+    """A window node's padding before and after each spatial axis (``pad_after`` defaults
+    to ``padding``)."""
+    before = attr_tuple(attrs.get("padding", 0), spatial_dims)
+    after = attrs.get("pad_after")
+    return before, (before if after is None else attr_tuple(after, spatial_dims))
+
+
 def scaled(index, factor: int):
     """``index * factor`` without a multiplication by one in the expression."""
     return index if factor == 1 else index * factor

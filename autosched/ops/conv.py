@@ -15,9 +15,9 @@ import ir
 from ir.tensor import as_int
 
 from . import reference as ref
-from .common import (as_tuple, check_dims, data_layout, numel, out_size, pad, parse_layout, reduce_axes,
-                     sliding, window)
-from .registry import operator
+from .common import (as_tuple, attr_tuple, check_dims, data_layout, node_layout, node_pads, numel, out_size, pad,
+                     parse_layout, reduce_axes, sliding, window)
+from .registry import ANCHOR, node_kind, operator
 
 
 def _check_groups(what: str, ci: int, co: int, groups) -> None:
@@ -386,3 +386,39 @@ def capsule_conv2d_workload(N, H, W, CI, CO, kernel, stride=1, padding=0, capsul
     weight = ir.placeholder((kernel, kernel, capsule, capsule, CI, CO), dtype, name="weight",
                             constant=weight_constant)
     return [data, weight, capsule_conv2d(data, weight, stride, padding)]
+
+
+# graph node kinds (channel-last data) ----------------------------------------------------
+
+def _conv_node_reference(x, a):
+    sd = x[0].ndim - 2
+    before, after = node_pads(a, sd)
+    return ref.conv(x[0], x[1], attr_tuple(a["stride"], sd), before, attr_tuple(a.get("dilation", 1), sd),
+                    a.get("groups", 1), True, pad_after=after)
+
+
+def _depthwise_node_reference(x, a):
+    before, after = node_pads(a, 2)
+    return ref.depthwise_conv(x[0], x[1], attr_tuple(a["stride"], 2), before, attr_tuple(a.get("dilation", 1), 2),
+                              True, pad_after=after)
+
+
+def _deconv_node_reference(x, a):
+    before, after = node_pads(a, 2)
+    return ref.conv_transpose(x[0], x[1], attr_tuple(a["stride"], 2), before, True, pad_after=after,
+                              output_padding=attr_tuple(a.get("output_padding", 0), 2))
+
+
+node_kind("conv", ANCHOR,
+          lambda t, a, name: conv(t[0], t[1], a["stride"], a["padding"], a.get("dilation", 1), a.get("groups", 1),
+                                  node_layout(t[0].ndim), name=name, pad_after=a.get("pad_after")),
+          _conv_node_reference, 2)
+node_kind("depthwise_conv2d", ANCHOR,
+          lambda t, a, name: depthwise_conv2d(t[0], t[1], a["stride"], a["padding"], a.get("dilation", 1), "NHWC",
+                                              name=name, pad_after=a.get("pad_after")),
+          _depthwise_node_reference, 2)
+node_kind("conv2d_transpose", ANCHOR,
+          lambda t, a, name: conv2d_transpose(t[0], t[1], a["stride"], a["padding"], "NHWC", name=name,
+                                              pad_after=a.get("pad_after"),
+                                              output_padding=a.get("output_padding", 0)),
+          _deconv_node_reference, 2)

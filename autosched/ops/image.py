@@ -12,6 +12,9 @@ import itertools
 
 import ir
 
+from . import reference as ref
+from .registry import INJECTIVE, node_kind
+
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                     "tf_half_pixel_for_nearest")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -98,3 +101,9 @@ def resize(x, shape, scales, mode: str = "nearest", coordinate_mode: str = "half
         return total
 
     return ir.compute(shape, linear, name=name, tag="injective")
+
+
+node_kind("resize", INJECTIVE,
+          lambda t, a, name: resize(t[0], a["shape"], a["scales"], a["mode"], a["coordinate_mode"], a["nearest_mode"],
+                                    name),
+          lambda x, a: ref.resize(x[0], a["shape"], a["scales"], a["mode"], a["coordinate_mode"], a["nearest_mode"]), 1)

@@ -14,6 +14,8 @@ import numpy as np
 import ir
 
 from .nn import _axis
+from .reference import f64
+from .registry import INJECTIVE, REDUCE, node_kind
 
 
 def _at(index, ax: int, value) -> tuple:
@@ -179,3 +181,24 @@ def topk_select_reference(x, rank, k: int, axis: int, indices: bool = False):
     """The values (or positions) of places ``0..k-1`` of ``rank`` along ``axis``."""
     positions = np.take(np.argsort(rank, axis=axis, kind="stable"), np.arange(k), axis=axis)
     return positions.astype(np.int64) if indices else np.take_along_axis(np.asarray(x), positions, axis)
+
+
+# graph node kinds ------------------------------------------------------------------------
+
+node_kind("tile", INJECTIVE, lambda t, a, name: tile(t[0], a["repeats"], name),
+          lambda x, a: np.tile(x[0], a["repeats"]), 1)
+node_kind("gather_elements", INJECTIVE, lambda t, a, name: gather_elements(t[0], t[1], a.get("axis", 0), name),
+          lambda x, a: np.take_along_axis(x[0], np.where(x[1] < 0, x[1] + x[0].shape[a.get("axis", 0)], x[1]),
+                                          a.get("axis", 0)), 2)
+node_kind("cumsum", REDUCE,
+          lambda t, a, name: cumsum(t[0], a["axis"], a.get("exclusive", False), a.get("reverse", False), name),
+          lambda x, a: cumsum_reference(x[0], a["axis"], a.get("exclusive", False), a.get("reverse", False)), 1)
+node_kind("arg_reduce", REDUCE,
+          lambda t, a, name: arg_reduce(t[0], a["axis"], a["largest"], a["keepdims"], a["select_last"], name),
+          lambda x, a: arg_reduce_reference(x[0], a["axis"], a["largest"], a["keepdims"], a["select_last"]), 1)
+node_kind("topk_rank", REDUCE, lambda t, a, name: topk_rank(t[0], a["axis"], a["largest"], name),
+          lambda x, a: topk_rank_reference(x[0], a["axis"], a["largest"]), 1)
+node_kind("topk_select", REDUCE, lambda t, a, name: topk_select(t[0], t[1], a["k"], a["axis"], a["indices"], name),
+          lambda x, a: topk_select_reference(x[0], x[1], a["k"], a["axis"], a["indices"]), 2)
+node_kind("reduce_prod", INJECTIVE, lambda t, a, name: reduce_prod(t[0], a["axis"], a["keepdims"], name),
+          lambda x, a: np.prod(f64(x[0]), axis=a["axis"], keepdims=a["keepdims"]), 1)

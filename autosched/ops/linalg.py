@@ -11,7 +11,7 @@ import ir
 from . import reference as ref
 from .common import check_dims
 from .elementwise import bias_add
-from .registry import operator
+from .registry import ANCHOR, node_kind, operator
 
 
 def _product(a, b, transpose_a: bool, transpose_b: bool, batch_dims: int, name: str, tag: str):
@@ -119,3 +119,14 @@ def norm_workload(B, M, N, dtype="float32"):
     check_dims("norm", B=B, M=M, N=N)
     a = ir.placeholder((B, M, N), dtype, name="A")
     return [a, norm(a)]
+
+
+# graph node kinds ------------------------------------------------------------------------
+
+node_kind("dense", ANCHOR, lambda t, a, name: dense(t[0], t[1], name=name), lambda x, a: ref.dense(x[0], x[1]), 2)
+node_kind("matmul", ANCHOR,
+          lambda t, a, name: matmul(t[0], t[1], a.get("transpose_a", False), a.get("transpose_b", False), name),
+          lambda x, a: ref.matmul(x[0], x[1], a.get("transpose_a", False), a.get("transpose_b", False)), 2)
+node_kind("batch_matmul", ANCHOR,
+          lambda t, a, name: batch_matmul(t[0], t[1], a.get("transpose_a", False), a.get("transpose_b", False), name),
+          lambda x, a: ref.matmul(x[0], x[1], a.get("transpose_a", False), a.get("transpose_b", False)), 2)

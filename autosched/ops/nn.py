@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import ir
 from ir.tensor import as_int
 
 from . import reference as ref
-from .common import (as_tuple, check_dims, check_positive, check_shape, data_layout, numel, pad, parse_layout,
-                     reduce_axes, scaled, sliding, window)
-from .registry import operator, uniform
+from .common import (as_tuple, attr_tuple, check_dims, check_positive, check_shape, data_layout, node_layout,
+                     node_pads, numel, pad, parse_layout, reduce_axes, scaled, sliding, window)
+from .reference import f64
+from .registry import BROADCAST, REDUCE, node_kind, operator, uniform
 
 
 def _rows(x, what: str):
@@ -319,3 +322,38 @@ def _register_global_pool(pool_type: str) -> None:
 for _t in ("max", "avg"):
     _register_pool(_t)
     _register_global_pool(_t)
+
+
+# graph node kinds (channel-last data) ----------------------------------------------------
+
+def _pool_node_reference(x, a):
+    sd = x[0].ndim - 2
+    before, after = node_pads(a, sd)
+    return ref.pool(x[0], attr_tuple(a["kernel"], sd), attr_tuple(a["stride"], sd), before, a["pool_type"], True,
+                    pad_after=after, ceil_mode=a.get("ceil_mode", False),
+                    count_include_pad=a.get("count_include_pad", False), dilation=attr_tuple(a.get("dilation", 1), sd))
+
+
+node_kind("batch_norm", BROADCAST,
+          lambda t, a, name: batch_norm(*t, eps=a.get("eps", 1e-5), axis=a.get("axis", -1), name=name),
+          lambda x, a: ref.batch_norm(*x, a.get("eps", 1e-5), a.get("axis", -1)), 5)
+node_kind("pool", REDUCE,
+          lambda t, a, name: pool(t[0], a["kernel"], a["stride"], a["padding"], a["pool_type"], node_layout(t[0].ndim),
+                                  name=name, pad_after=a.get("pad_after"), ceil_mode=a.get("ceil_mode", False),
+                                  count_include_pad=a.get("count_include_pad", False),
+                                  dilation=a.get("dilation", 1)),
+          _pool_node_reference, 1)
+node_kind("global_pool", REDUCE,
+          lambda t, a, name: global_pool(t[0], a["pool_type"], node_layout(t[0].ndim), name=name),
+          lambda x, a: ref.global_pool(x[0], a["pool_type"], True), 1)
+node_kind("softmax", REDUCE, lambda t, a, name: softmax(t[0], name, a.get("axis", -1)),
+          lambda x, a: ref.softmax(x[0], a.get("axis", -1)), 1)
+node_kind("log_softmax", REDUCE, lambda t, a, name: log_softmax(t[0], name, a.get("axis", -1)),
+          lambda x, a: ref.log_softmax(x[0], a.get("axis", -1)), 1)
+node_kind("layer_norm", REDUCE, lambda t, a, name: layer_norm(t[0], t[1], t[2], a.get("eps", 1e-5), name),
+          lambda x, a: ref.layer_norm(x[0], x[1], x[2], a.get("eps", 1e-5)), 3)
+node_kind("reduce", REDUCE, lambda t, a, name: reduce(t[0], a["axes"], a["reducer"], a["keepdims"], name),
+          lambda x, a: getattr(np, a["reducer"])(f64(x[0]), axis=tuple(a["axes"]), keepdims=a["keepdims"]), 1)
+node_kind("lrn", REDUCE,
+          lambda t, a, name: lrn(t[0], a["size"], a["alpha"], a["beta"], a["bias"], a.get("axis", -1), name),
+          lambda x, a: ref.lrn(x[0], a["size"], a["alpha"], a["beta"], a["bias"], a.get("axis", -1)), 1)

@@ -2,8 +2,8 @@
 (exp, log, floor, round...), comparisons and logic (bool results), Mod, PRelu and the
 three-way select ``where``.
 
-Each is declared once, in a table, with its expression and its numpy reference, so that
-the network graph (``autosched.graph.opdefs``) registers every one of them in a loop.
+Each is a row of a table, its expression and its numpy reference, declared in a loop as an
+elementwise operator (a workload and a node kind of the network graph, ``registry``).
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 
 import ir
 
-from .elementwise import _broadcast_index, broadcast_shape, unary
+from .elementwise import POSITIVE, _broadcast_index, broadcast_shape, unary
+from .registry import BROADCAST, elementwise_operator, node_kind
 
 
 def _round_half_even(v):
@@ -52,12 +53,20 @@ UNARY = {
 }
 
 
-def pointwise(x, kind: str, name: str | None = None):
-    """``UNARY[kind]`` of every element of ``x``."""
-    fn, _, needs_float = UNARY[kind]
-    if needs_float and not x.dtype.startswith("float"):
-        raise ValueError(f"{name or kind}: needs a float tensor, got {x.dtype}")
-    return unary(x, fn, name or kind)
+def _declare_unary(kind: str, expr, reference, needs_float: bool) -> None:
+    def fn(x, name: str = kind):
+        if needs_float and not x.dtype.startswith("float"):
+            raise ValueError(f"{name}: needs a float tensor, got {x.dtype}")
+        return unary(x, expr, name)
+
+    fn.__name__ = fn.__qualname__ = kind
+    fn.__doc__ = f"``{kind}`` of every element of ``x``."
+    elementwise_operator(kind, reference=reference, inputs={"x": POSITIVE} if kind == "log" else None,
+                         dtype="bool" if kind == "logical_not" else "float32")(fn)
+
+
+for _kind, _row in UNARY.items():
+    _declare_unary(_kind, *_row)
 
 
 def _float_mod(a, b):
@@ -91,18 +100,25 @@ BINARY = {
 }
 
 
-def pointwise2(a, b, kind: str, name: str | None = None):
-    """``BINARY[kind]`` of ``a`` and ``b`` elementwise, numpy broadcasting."""
-    name = name or kind
-    if a.dtype != b.dtype:
-        raise ValueError(f"{name}: operands of dtypes {a.dtype} and {b.dtype}; expected one dtype")
-    if kind in ("mod", "fmod") and not a.dtype.startswith("float"):
-        raise ValueError(f"{name}: needs float operands, got {a.dtype}")
-    fn = BINARY[kind][0]
-    shape = broadcast_shape(a.shape, b.shape, name)
-    tag = "elemwise" if a.shape == b.shape else "broadcast"
-    return ir.compute(shape, lambda *i: fn(a[_broadcast_index(i, a.shape)], b[_broadcast_index(i, b.shape)]),
-                      name=name, tag=tag)
+def _declare_binary(kind: str, expr, reference) -> None:
+    def fn(a, b, name: str = kind):
+        if a.dtype != b.dtype:
+            raise ValueError(f"{name}: operands of dtypes {a.dtype} and {b.dtype}; expected one dtype")
+        if kind in ("mod", "fmod") and not a.dtype.startswith("float"):
+            raise ValueError(f"{name}: needs float operands, got {a.dtype}")
+        shape = broadcast_shape(a.shape, b.shape, name)
+        tag = "elemwise" if a.shape == b.shape else "broadcast"
+        return ir.compute(shape, lambda *i: expr(a[_broadcast_index(i, a.shape)], b[_broadcast_index(i, b.shape)]),
+                          name=name, tag=tag)
+
+    fn.__name__ = fn.__qualname__ = kind
+    fn.__doc__ = f"``{kind}`` of ``a`` and ``b`` elementwise, numpy broadcasting."
+    elementwise_operator(kind, reference=reference, arity=2, inputs={"b": POSITIVE} if "mod" in kind else None,
+                         dtype="bool" if kind.startswith("logical") else "float32")(fn)
+
+
+for _kind, _row in BINARY.items():
+    _declare_binary(_kind, *_row)
 
 
 def where(cond, x, y, name: str = "where"):
@@ -115,3 +131,7 @@ def where(cond, x, y, name: str = "where"):
     return ir.compute(shape, lambda *i: ir.select(cond[_broadcast_index(i, cond.shape)],
                                                   x[_broadcast_index(i, x.shape)], y[_broadcast_index(i, y.shape)]),
                       name=name, tag="broadcast")
+
+
+node_kind("where", BROADCAST, lambda t, a, name: where(t[0], t[1], t[2], name),
+          lambda x, a: np.where(x[0], x[1], x[2]), 3)

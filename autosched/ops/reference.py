@@ -32,6 +32,10 @@ def _erf(x):
 F64 = np.float64
 
 
+def f64(x) -> np.ndarray:
+    return np.asarray(x, F64)
+
+
 def to_channel_last(x: np.ndarray, channel_last: bool) -> np.ndarray:
     return np.asarray(x, F64) if channel_last else np.moveaxis(np.asarray(x, F64), 1, -1)
 

@@ -14,7 +14,9 @@ import ir
 from ir.tensor import as_int
 
 from .common import check_shape, numel, pad, scaled
-from .registry import operator
+from . import reference as ref
+from .reference import f64
+from .registry import INJECTIVE, node_kind, operator
 
 
 def transpose(x, axes=None, name: str = "transpose"):
@@ -187,3 +189,27 @@ def reshape_workload(shape, new_shape, dtype="float32"):
     """``shape`` reshaped row-major to ``new_shape`` (one -1 allowed)."""
     x = ir.placeholder(check_shape(shape, "reshape: shape"), dtype, name="x")
     return [x, reshape(x, new_shape)]
+
+
+# graph node kinds ------------------------------------------------------------------------
+
+def _pad_node_reference(x, a):
+    mode = a.get("mode", "constant")
+    value = {"constant_values": a.get("value", 0.0)} if mode == "constant" else {}
+    return np.pad(f64(x[0]), list(zip(a["pad_before"], a["pad_after"])), mode=mode, **value)
+
+
+node_kind("reshape", INJECTIVE, lambda t, a, name: reshape(t[0], a["shape"], name),
+          lambda x, a: np.reshape(x[0], a["shape"]), 1)
+node_kind("transpose", INJECTIVE, lambda t, a, name: transpose(t[0], a["axes"], name),
+          lambda x, a: np.transpose(x[0], a["axes"]), 1)
+node_kind("concat", INJECTIVE, lambda t, a, name: concat(t, a["axis"], name),
+          lambda x, a: np.concatenate([f64(v) for v in x], axis=a["axis"]))
+node_kind("strided_slice", INJECTIVE, lambda t, a, name: strided_slice(t[0], a["begin"], a["step"], a["shape"], name),
+          lambda x, a: ref.strided_slice(x[0], a["begin"], a["step"], a["shape"]), 1)
+node_kind("gather", INJECTIVE, lambda t, a, name: gather(t[0], t[1], a.get("axis", 0), name),
+          lambda x, a: ref.gather(x[0], x[1], a.get("axis", 0)), 2)
+node_kind("pad", INJECTIVE,
+          lambda t, a, name: pad_mode(t[0], a["pad_before"], a["pad_after"], a.get("mode", "constant"),
+                                      a.get("value", 0.0), name),
+          _pad_node_reference, 1)

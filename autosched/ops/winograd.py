@@ -35,7 +35,7 @@ from ir import dtype as dt
 from ir.tensor import as_int
 
 from .common import as_tuple, check_dims, pad
-from .registry import operator
+from .registry import ANCHOR, node_kind, operator
 
 #: F(m×m, 3×3) by m: Bᵀ (α×α), G (α×3), Aᵀ (m×α); m = 4 interpolates at 0, ±1, ±2 (Lavin & Gray)
 _MATRICES = {
@@ -213,3 +213,8 @@ def conv2d_winograd_workload(N, H, W, CI, CO, padding=1, tile=2, weight_constant
     data = ir.placeholder((N, H, W, CI), dtype, name="data")
     weight = ir.placeholder(((tile + 2) ** 2, CI, CO), dtype, name="weight", constant=weight_constant)
     return [data, weight, conv2d_winograd(data, weight, padding, tile=tile)]
+
+
+node_kind("conv2d_winograd", ANCHOR,
+          lambda t, a, name: conv2d_winograd(t[0], t[1], a["padding"], a.get("pad_after"), a["tile"], name=name),
+          lambda x, a: reference(x[0], x[1], a["padding"], a.get("pad_after"), a["tile"]), 2)

@@ -1,6 +1,7 @@
 """Every operator kind of the graph IR that the ONNX importer added, as a one-node graph:
 compiled with its default schedule by the executor and checked against its numpy reference
-(opdefs), including the padding, ceil-mode and count-include-pad variants of the window ops."""
+(its node kind in ``ops.registry``), including the padding, ceil-mode and count-include-pad
+variants of the window ops."""
 import numpy as np
 import pytest
 
