@@ -18,7 +18,7 @@ import ir
 from sketch_rules import search_space
 
 from .crossover import Crossover
-from .genes import sketch_length
+from .genes import shared_replays, sketch_length
 from .mutation import MutationContext, draw_mutation, mutations_for
 
 
@@ -95,18 +95,20 @@ class Evolution:
     def run(self, population: list[ir.State], out_size: int, measured_keys) -> list[tuple[float, ir.State]]:
         """Evolve ``population`` for ``params.generations`` generations; the ``out_size`` best
         predicted programs seen whose key is not in ``measured_keys``, as (score, State),
-        best first."""
-        with fewer_gc_passes():
+        best first. A program (a step list) is built and scored once a round, however often
+        the round makes it (``genes.shared_replays``)."""
+        with fewer_gc_passes(), shared_replays():
             return self._run(population, out_size, measured_keys)
 
     def _run(self, population, out_size: int, measured_keys) -> list[tuple[float, ir.State]]:
         p = self.params
         best: dict[str, tuple[float, ir.State]] = {}
+        known: dict[tuple, float] = {}  # the round's scores by step list
         max_innermost = self.task.hardware.max_innermost_split_factor
         for generation in range(p.generations + 1):
             if not population:
                 break
-            scores = np.asarray(self.model.predict(self.task, population), dtype=np.float64)
+            scores = self._scores(population, known)
             for state, score in zip(population, scores):
                 key = state.key
                 if key not in measured_keys and np.isfinite(score) and (key not in best or best[key][0] < score):
@@ -117,6 +119,18 @@ class Evolution:
                 break
             population = self._next_generation(population, scores, max_innermost)
         return sorted(best.values(), key=lambda v: -v[0])[:out_size]
+
+    def _scores(self, population: list[ir.State], known: dict) -> np.ndarray:
+        """The predicted scores of ``population``; only programs whose step lists ``known``
+        has no score for yet are scored (and added to it)."""
+        fresh: dict[tuple, ir.State] = {}
+        for state in population:
+            if state.steps not in known:
+                fresh.setdefault(state.steps, state)
+        if fresh:
+            scores = np.asarray(self.model.predict(self.task, list(fresh.values())), dtype=np.float64)
+            known.update(zip(fresh, scores.tolist()))
+        return np.array([known[state.steps] for state in population], dtype=np.float64)
 
     def _next_generation(self, population, scores, max_innermost) -> list[ir.State]:
         p = self.params

@@ -1,7 +1,15 @@
 """A program's genes are its transform steps: helpers to rebuild a program from edited
-steps and to tell the steps of the sketch from the random annotation's decisions."""
+steps and to tell the steps of the sketch from the random annotation's decisions.
+
+A program is its steps: two equal step lists are one program. Inside ``shared_replays()``
+(one search round) ``replay`` builds the State of a step list once and hands the same
+State to every later replay of an equal list, so that a program a round makes again (a
+mutation undone by a later one, a crossover equal to a parent, a parallel or location
+mutation replaying its parent's prefix) costs neither a replay nor, since the feature
+cache and the round's scores know that State, another scoring."""
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import ir
@@ -9,9 +17,45 @@ from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeR
                       SplitStep, Step)
 
 
+#: the replays of the round under way ({(dag id, steps): State or None}), or None outside one
+_replays: dict | None = None
+#: at most this many remembered replays (a round of population 2048 makes about 10000)
+MAX_SHARED_REPLAYS = 50_000
+
+
+@contextlib.contextmanager
+def shared_replays():
+    """Within: ``replay`` remembers what it built by step list (see the module's docstring);
+    nested uses share the outermost's memory, which ends with it."""
+    global _replays
+    if _replays is not None:
+        yield
+        return
+    _replays = {}
+    try:
+        yield
+    finally:
+        _replays = None
+
+
 def replay(dag, steps: Sequence[Step]) -> ir.State | None:
     """``ir.State.from_steps(dag, steps)``, or None if a step does not apply (the edit
-    made the program invalid)."""
+    made the program invalid); inside ``shared_replays()``, the State built before for an
+    equal step list of the same DAG."""
+    memo = _replays
+    if memo is None:
+        return _build(dag, steps)
+    key = (id(dag), tuple(steps))
+    if key in memo:
+        return memo[key][1]
+    state = _build(dag, steps)
+    if len(memo) >= MAX_SHARED_REPLAYS:
+        memo.clear()
+    memo[key] = (dag, state)  # the DAG kept alive, so that its id stays its own
+    return state
+
+
+def _build(dag, steps: Sequence[Step]) -> ir.State | None:
     try:
         return ir.State.from_steps(dag, steps)
     except ir.InvalidStep:
