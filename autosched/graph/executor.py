@@ -145,8 +145,10 @@ class GraphExecutor:
             raise ValueError(f"base_model={base_model!r} does not apply to target {str(self.target)!r}: the base "
                              "model knows the programs of this CPU only")
         t0 = time.perf_counter()
-        #: the ``ZeroTrial`` that gave untuned tasks their programs (None: none did)
+        #: the ``ZeroTrial`` that gave untuned tasks their programs (None: none did), and the
+        #: seconds it took (searching or replaying them; ``build_seconds`` adds compiling)
         self.zero_trial: ZeroTrial | None = None
+        self.zero_trial_seconds = 0.0
         self.programs, self.untuned = self._build_programs(states, log_file, layout_rewrite, kernel_cache,
                                                            base_model if self.target.backend.base_model else None,
                                                            records_db)
@@ -194,7 +196,9 @@ class GraphExecutor:
             if prog is None and w in self.partitioned.tasks:
                 untuned.append(w)
             chosen[w] = prog
+        t0 = time.perf_counter()
         zero, self.zero_trial = _zero_trial_programs(untuned, target, base_model, records_db)
+        self.zero_trial_seconds = time.perf_counter() - t0
         programs = {}
         for w, prog in chosen.items():
             prog = prog or zero.get(w.workload_key) or _Program(default_schedule(w.dag, target), False, False)
