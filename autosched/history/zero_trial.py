@@ -58,14 +58,16 @@ def zero_trial_program(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     return options[max(range(len(options)), key=lambda i: scores[i])]
 
 
-def search_steps(task: ir.SearchTask, model, seed: int, single_threaded: bool = False) -> tuple:
+def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | None = None,
+                 single_threaded: bool = False) -> tuple:
     """The step records of ``task``'s zero-trial program, its default schedule ranked with
     the search's programs (what a worker runs: plain arguments, the model's predictor;
     ``single_threaded``: XGBoost predicts on one thread, one worker per core)."""
     if single_threaded:
         _one_thread(model)
     default = search_space(task.target).default_schedule(task.dag, task.hardware)
-    return nested_tuples([step.record() for step in zero_trial_program(task, model, seed, [default]).steps])
+    state = zero_trial_program(task, model, seed, [default], params)
+    return nested_tuples([step.record() for step in state.steps])
 
 
 def _one_thread(model) -> None:
@@ -140,16 +142,19 @@ class ZeroTrial:
     per workload and target as their steps (replayed on the DAG asked for): in this object,
     and in the records database ``records_db`` (a ``RecordsDB``, "default", a path, or
     None: see ``database.open_records_db``). ``workers``: processes the searches of many
-    tasks run in (None: one per core). ``stats`` counts the programs ``remembered`` (the
+    tasks run in (None: one per core); ``params``: the search's (default
+    ``ZERO_TRIAL_PARAMS``). ``stats`` counts the programs ``remembered`` (the
     database's, replayed), ``searched`` and ``failed``."""
 
-    def __init__(self, model, seed: int = 0, records_db="default", workers: int | None = None):
+    def __init__(self, model, seed: int = 0, records_db="default", workers: int | None = None,
+                 params: SearchParams = ZERO_TRIAL_PARAMS):
         self.model = model
         self.seed = seed
+        self.params = params
         self.workers = workers or os.cpu_count() or 1
         self.db: RecordsDB | None = open_records_db(records_db)
         self._base_model = model_identity(model) if self.db is not None else None
-        self._search = search_identity(seed)
+        self._search = search_identity(seed, params)
         self._steps: dict[tuple, tuple] = {}
         self.stats: Counter = Counter(remembered=0, searched=0, failed=0)
         #: workload key -> why its search failed (such tasks have no zero-trial program)
@@ -219,7 +224,7 @@ class ZeroTrial:
         """The searched steps of ``tasks``, each remembered in the database as it comes."""
         tasks = sorted(tasks, key=lambda t: -t.dag.flop_count())
         out = {}
-        for task, result in _search_all(tasks, self.model, self.seed, min(self.workers, len(tasks))):
+        for task, result in _search_all(tasks, self.model, self.seed, self.params, min(self.workers, len(tasks))):
             if isinstance(result, Exception):
                 self.stats["failed"] += 1
                 self.failures[task.workload_key] = f"the zero-trial search of {task.desc or task} failed: " \
@@ -233,25 +238,25 @@ class ZeroTrial:
         return out
 
 
-def _search_all(tasks, model, seed: int, workers: int):
+def _search_all(tasks, model, seed: int, params: SearchParams, workers: int):
     """(task, its steps or the exception its search raised) of each of ``tasks``, in the
     order they finish: in this process for one worker, else in a ``WorkerPool``."""
     if workers <= 1:
         for task in tasks:
-            yield task, _try(search_steps, task, model, seed)
+            yield task, _try(search_steps, task, model, seed, params)
         return
     from ..workers import WorkerPool
     predictor = model.predictor()
     pool = WorkerPool(workers, name="autosched-zero-trial", preload=("numpy", "xgboost", "ir", "evolution"))
     try:
-        futures = {pool.submit(search_steps, task, predictor, seed, True): task for task in tasks}
+        futures = {pool.submit(search_steps, task, predictor, seed, params, True): task for task in tasks}
         for future in as_completed(futures):
             task = futures[future]
             err = future.exception()
             if err is None or isinstance(err, ValueError):   # (ir.InvalidStep is one)
                 yield task, err or future.result()
             else:   # a worker that crashed or could not start: this process searches
-                yield task, _try(search_steps, task, model, seed)
+                yield task, _try(search_steps, task, model, seed, params)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

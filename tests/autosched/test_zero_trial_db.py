@@ -20,6 +20,7 @@ from autosched.history.base_model import SHIPPED_MODEL, load_base_model, pretrai
 from autosched.history.records import best_records, read_records, resume
 from evolution import XGBoostModel
 from tests.autosched.test_records_db import _tune, matmul_task, record
+from tests.autosched.test_zero_trial import _network
 
 TINY = ("GMM-1x16x16x16", "NRM-1x16x32", "GMM-1x8x24x16")
 
@@ -75,6 +76,9 @@ def test_another_base_model_or_target_searches_again(tmp_path):
     same = Z.ZeroTrial(load_base_model(SHIPPED_MODEL), records_db=db, workers=1)
     same.programs([_task(TINY[0])])
     assert same.stats["remembered"] == 1   # (the identity is the trees', not the object's)
+    other_seed = Z.ZeroTrial(model, seed=1, records_db=db, workers=1)
+    other_seed.programs([_task(TINY[0])])
+    assert other_seed.stats["searched"] == 1
 
 
 @pytest.mark.parametrize("off", ["none", "env"])
@@ -169,9 +173,9 @@ def test_many_tasks_search_once_per_workload_largest_first_in_this_process(monke
     order = []
     real = Z.search_steps
 
-    def spy(task, model, seed, single_threaded=False):
+    def spy(task, model, seed, params=None, single_threaded=False):
         order.append(task.desc)
-        return real(task, model, seed, single_threaded)
+        return real(task, model, seed, params, single_threaded)
 
     monkeypatch.setattr(Z, "search_steps", spy)
     zero = Z.ZeroTrial(_model(), records_db=None, workers=1)
@@ -190,14 +194,6 @@ def test_the_programs_are_the_same_whatever_the_number_of_workers():
     assert pooled.stats["searched"] == 3
 
 
-def _network():
-    b = G.GraphBuilder("small_cnn", seed=0)
-    x = b.input((1, 12, 12, 8))
-    y = b.relu(b.conv(x, 16, 3, padding=1))
-    y = b.dense(b.global_avg_pool(y), 10)
-    return b.graph([y])
-
-
 def test_the_executor_remembers_and_replays_zero_trial_programs(tmp_path, monkeypatch):
     db = tmp_path / "db.jsonl"
     part = G.partition(_network())
@@ -210,4 +206,47 @@ def test_the_executor_remembers_and_replays_zero_trial_programs(tmp_path, monkey
     assert second.zero_trial.stats == {"remembered": len(part.tasks), "searched": 0, "failed": 0}
     assert all(str(second.programs[k].state) == str(first.programs[k].state) for k in first.programs)
     ok, err = second.verify()
+    assert ok, err
+
+
+def test_a_task_whose_worker_crashes_is_searched_in_this_process(monkeypatch):
+    import autosched.workers
+    from concurrent.futures import Future
+
+    class CrashingPool:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def submit(self, *args):
+            future = Future()
+            future.set_exception(autosched.workers.WorkerCrashed("killed by SIGSEGV"))
+            return future
+
+        def shutdown(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(autosched.workers, "WorkerPool", CrashingPool)
+    tasks = [_task(n) for n in TINY[:2]]
+    zero = Z.ZeroTrial(_model(), records_db=None, workers=2)
+    got = zero.programs(tasks)
+    assert zero.stats == {"remembered": 0, "searched": 2, "failed": 0}
+    assert _steps(got) == _steps(Z.ZeroTrial(_model(), records_db=None, workers=1).programs(tasks))
+
+
+def test_a_task_whose_search_finds_nothing_runs_its_default_schedule_with_a_warning(tmp_path, monkeypatch):
+    def nothing(task, *args):
+        raise ValueError(f"the search found no program of {task}")
+
+    monkeypatch.setattr(Z, "search_steps", nothing)
+    monkeypatch.setattr(Z.os, "cpu_count", lambda: 1)   # (searched in this process, where the stand-in is)
+    part = G.partition(_network())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        executor = G.GraphExecutor(part, base_model=SHIPPED_MODEL, records_db=tmp_path / "db.jsonl")
+    said = [str(w.message) for w in caught if "no zero-trial program" in str(w.message)]
+    assert len(said) == len(part.tasks) and "the search found no program" in said[0]
+    assert executor.zero_trial.stats["failed"] == len(part.tasks)
+    assert not any(p.zero_trial for p in executor.programs.values())
+    assert not (tmp_path / "db.jsonl").exists()
+    ok, err = executor.verify()
     assert ok, err
