@@ -8,7 +8,8 @@
   cache: a failure to use it is one warning; it reconciles with the log);
 - ``base_model``: the cost model trained on many workloads' records (``autosched pretrain``;
   ``model_check`` checks a model file's trees before XGBoost reads it);
-- ``zero_trial``: the program the base model ranks best, for a task never measured.
+- ``zero_trial``: the program the base model ranks best, for a task never measured (the
+  searches of many tasks over the cores; remembered in the records database).
 
 Measurement hands results to it through callbacks and never imports it. Everything read
 here may come from someone else: bounded, tolerant of unknown fields, never pickled.

@@ -17,6 +17,9 @@ train a model the tuning's cost model starts from. A tuning with a log first add
 database the log's records of its tasks that the database lacks (``reconcile``: a batch
 logged but cut by a kill before it reached the database).
 
+It also remembers every zero-trial program (``history.zero_trial``), in lines of their own
+kind that readers of measurements skip (``records.KIND``; ``read_entries`` reads them).
+
 It is a cache, shared across versions: unknown fields are ignored, a newer version's lines
 skipped, and any failure to read or write it costs one warning, never the tuning.
 """

@@ -9,7 +9,9 @@ it), the measurement (costs in seconds, error code and message, times) and a tim
      "costs": [0.00131, 0.00129, 0.00130], "error_no": 0, "error_msg": "", "all_cost": 0.41,
      "build_time": 0.12, "run_time": 0.29, "repeats": 3, "saved_repeats": 7, "timestamp": 1717171717.0}
 
-Lines starting with ``#`` are comments. A run killed mid-write leaves a truncated last
+Lines starting with ``#`` are comments; lines with a ``"kind"`` (``KIND``: a zero-trial
+program the records database remembers, ``history.zero_trial``) are not measurements, and
+every reader of records skips them without a word. A run killed mid-write leaves a truncated last
 line: reading skips it with a warning, and the next append cuts it (``end_last_line``:
 the one treatment of a truncated line, for the log and the records database alike).
 ``RecordToFile`` writes each record with a single ``write`` as soon as it is measured,
