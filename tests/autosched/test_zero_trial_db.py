@@ -250,3 +250,15 @@ def test_a_task_whose_search_finds_nothing_runs_its_default_schedule_with_a_warn
     assert not (tmp_path / "db.jsonl").exists()
     ok, err = executor.verify()
     assert ok, err
+
+
+def test_run_and_compile_take_the_records_database_options(tmp_path):
+    from autosched.cli import make_parser
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"")
+    parser = make_parser()
+    for command in ("run", "compile"):
+        assert parser.parse_args([command, str(model)]).records_db == "default"
+        assert parser.parse_args([command, str(model), "--no-records-db"]).records_db is None
+        db = str(tmp_path / "db.jsonl")
+        assert parser.parse_args([command, str(model), "--records-db", db]).records_db == db
