@@ -3,8 +3,10 @@
 ``GraphExecutor`` compiles one kernel per workload (identical subgraphs share it): the
 tuned program where there is one (``states`` by workload key, or the best records of a
 tuning log); else, for a tuning task, the base cost model's zero-trial program
-(``autosched.history.zero_trial``) with a loud ``UntunedWorkloadWarning``, and a default schedule
-for the rest (and for every untuned task without a base model). Everything a run needs
+(``autosched.history.zero_trial``: the searches of all untuned tasks at once over the cores,
+each program remembered in the records database for the next load) with a loud
+``UntunedWorkloadWarning``, and a default schedule for the rest (and for every untuned
+task without a base model). Everything a run needs
 is prepared when the executor is built: constant weights packed for layout-rewritten
 kernels, the tensors' memory planned by liveness (``memory``; reshapes are views), every
 kernel's arguments checked, and the calls laid out for the native driver (``driver``), so
