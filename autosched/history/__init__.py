@@ -3,7 +3,9 @@
 - ``records``: the tuning log (one measured program a JSON line; reading, the one appender
   ``append_records`` with the one treatment of a truncated last line, distilling), the one
   ranking of a workload's programs (``best_records``, by ``HasCosts.rank``), resuming a
-  tuning (``resume``) and re-applying the best programs (``apply_history_best``);
+  tuning (``resume``) and the best programs to re-apply (``HistoryBest``);
+- ``apply``: ``apply_history_best``, the best recorded programs (or zero-trial ones) inside
+  ``ir.build``;
 - ``database``: the local records database every tuning appends to and learns from (a
   cache: a failure to use it is one warning; it reconciles with the log);
 - ``base_model``: the cost model trained on many workloads' records (``autosched pretrain``;

@@ -23,7 +23,8 @@ A log may come from someone else: it is read only if it is a regular file of bou
 
 This module is the log of a tuning's history (``autosched.history``): reading, appending,
 distilling, the one ranking of a workload's programs (``_ranked``, by ``HasCosts.rank``),
-resuming a tuning (``resume``) and re-applying its best programs (``apply_history_best``).
+resuming a tuning (``resume``) and the best programs to re-apply (``HistoryBest``; see
+``history.apply.apply_history_best``).
 It sits above measurement: the measurer hands it results through a callback
 (``RecordToFile``) and takes earlier ones as preloaded records; it never imports this module.
 """
@@ -39,7 +40,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import ir
-from ir.build import build_with
 from ir.step_limits import check_state_limits, check_step_records
 
 from ..files import MAX_RECORD_LINE_BYTES, MAX_RECORDS_FILE_BYTES, read_bounded
@@ -532,28 +532,6 @@ class HistoryBest:
         warnings.warn(f"autosched: {why} for workload {key} (outputs {outputs}); building {what}",
                       UntunedWorkloadWarning, stacklevel=5)
         return got
-
-
-@contextlib.contextmanager
-def apply_history_best(source, target: str | None = None, base_model="default", records_db="default"):
-    """Within the block, ``ir.build(dag)`` (no state given) builds the best recorded program
-    of ``dag``'s workload from ``source`` (a log path, a list of paths, or loaded records),
-    with the layout rewrite it was measured with: a rewritten constant is then passed in its
-    packed form, ``kernel.pack(name, array)``. A workload without a record builds, with an
-    ``UntunedWorkloadWarning`` naming it, the zero-trial program of ``base_model``
-    (``autosched.history.zero_trial``: "default" is the shipped model; layout-rewritten) or, with
-    ``base_model=None``, the naive program; zero-trial programs are remembered in the
-    records database ``records_db`` ("default", a path, or None: see ``history.database``).
-
-    ``target``: only records of this target count (default: this host's, ``ir.host_target()``;
-    ``"any"``: all). Yields the ``HistoryBest`` (``.best``, ``.applied``, ``.fallbacks``)."""
-    from .zero_trial import ZeroTrial   # (it reads the records database, which reads records)
-    if target is None:
-        target = ir.host_target()
-    zero_trial = ZeroTrial.from_spec(base_model, records_db=records_db)
-    history = HistoryBest(source, None if target == "any" else target, zero_trial)
-    with build_with(history):
-        yield history
 
 
 # resuming a tuning ------------------------------------------------------------------------
