@@ -30,8 +30,9 @@ _EXPORTS = {
     **dict.fromkeys(["WorkerCrashed", "WorkerPool", "WorkerTimeout"], ".workers"),
     # records
     **dict.fromkeys(["NotATuningLog", "RecordToFile", "TuningRecord", "UntunedWorkloadWarning",
-                     "apply_history_best", "best_record", "best_records", "distill_records", "load_records",
+                     "best_record", "best_records", "distill_records", "load_records",
                      "read_records", "save_records"], ".history.records"),
+    "apply_history_best": ".history.apply",
     # networks
     "tune_networks": ".networks", "NetworkTuneResult": ".networks",
     "from_onnx": ".graph", "from_torch": ".graph",

@@ -27,7 +27,7 @@ from .graph import onnx_baselines as B
 from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .graph.zoo import ALIASES, NETWORKS
 from .options import TuneOptions
-from .history.records import is_tuning_log, read_records
+from .history.records import KIND, is_tuning_log, read_records
 from .history.database import ENV_VAR as RECORDS_DB_ENV
 from .files import MAX_BASE_MODEL_BYTES, MAX_INPUT_BYTES, MAX_MODEL_BYTES, MAX_RECORDS_FILE_BYTES, \
     UnreadableFile, checked_size
@@ -240,12 +240,14 @@ def _add_base_model(parser) -> None:
 
 
 def _add_history(parser) -> None:
-    """The base model's and the records database's options of the commands that tune."""
+    """The base model's and the records database's options of the commands that tune or
+    find zero-trial programs."""
     _add_base_model(parser)
     group = parser.add_mutually_exclusive_group()
     parser.set_defaults(records_db="default")
     group.add_argument("--records-db", type=records_db_file, default=argparse.SUPPRESS, metavar="FILE",
-                       help=f"the local records database every tuning appends to and learns from (default: "
+                       help=f"the local records database every tuning appends to and learns from, and where "
+                            f"zero-trial programs are remembered (default: "
                             f"${RECORDS_DB_ENV}, else ~/.cache/autosched/records.jsonl)")
     group.add_argument("--no-records-db", dest="records_db", action="store_const", const=None,
                        default=argparse.SUPPRESS,
@@ -633,7 +635,7 @@ def add_run(sub) -> None:
                      help="an artifact's OpenMP threads (default: one per core)")
     _add_winograd(run)
     _add_seed(run)
-    _add_base_model(run)
+    _add_history(run)
     _add_target(run, "run the kernels tuned")
     run.set_defaults(fn=cmd_run)
 
@@ -735,7 +737,7 @@ def cmd_run(args) -> int:
     args.target.backend.require_device(args.target)
     _check_output(args.output, len(model.outputs))
     executor = graph.GraphExecutor(graph.partition(model, winograd=args.winograd), log_file=args.log_file,
-                                   base_model=args.base_model, target=args.target)
+                                   base_model=args.base_model, target=args.target, records_db=args.records_db)
     inputs = _read_inputs(args.input, model.inputs, lambda: model.random_inputs(args.seed))
     if not args.input:
         print(f"# no --input: random inputs (seed {args.seed})")
@@ -796,7 +798,7 @@ def add_compile(sub) -> None:
     comp.add_argument("--input-shape", type=input_shape, action="append", default=[], metavar="NAME=DIMS",
                       help="an input shape the model leaves open, e.g. input_ids=1x128")
     _add_winograd(comp)
-    _add_base_model(comp)
+    _add_history(comp)
     comp.set_defaults(fn=cmd_compile)
 
 
@@ -826,7 +828,7 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     try:
         compile_model(args.model, log_file=args.log_file, output=output, input_shapes=dict(args.input_shape),
-                      base_model=args.base_model, winograd=args.winograd)
+                      base_model=args.base_model, winograd=args.winograd, records_db=args.records_db)
     except (graph.UnsupportedModelError, ValueError) as err:
         raise UsageError(str(err)) from None
     except (NoCCompiler, LinkError) as err:   # the machine's toolchain: one line (the linker's first)
@@ -907,13 +909,13 @@ def _best_seconds(fn, min_time: float = 0.2) -> float:
 
 def count_trials(path: str | None) -> int:
     """Complete lines of a tuning log that hold trials (not comments, nor the re-timings a
-    tuning ends with: ``"retimed":true``, as ``TuningRecord.to_json`` writes it), 0 if
-    there is none."""
+    tuning ends with: ``"retimed":true``, as ``TuningRecord.to_json`` writes it, nor lines
+    of another kind: ``records.KIND``), 0 if there is none."""
     if not path or not os.path.isfile(path):
         return 0
     with open(path, encoding="utf-8", errors="replace") as f:
         return sum(1 for line in f if line.endswith("\n") and line.strip() and not line.lstrip().startswith("#")
-                   and '"retimed":true' not in line)
+                   and '"retimed":true' not in line and f'"{KIND}":' not in line)
 
 
 def resume_command(argv: list[str], trials: int) -> str:

@@ -15,9 +15,13 @@ limit, so that one failure or hang never stops the bench. Per model one JSON row
   ``matches``: whether that is at most ``--tolerance``;
 - ``tasks``, ``import_s`` (import and partition), ``zero_trial_ms`` (one run with the
   zero-trial programs) and ``onnxruntime_ms`` (2 intra-op threads);
-- with ``--time``: ``zero_trial_s`` (the time to get the zero-trial programs, cold: an empty
-  records database) and ``zero_trial_warm_s`` (a second process with that database),
-  ``openvino_ms`` (OpenVINO CPU, 2 threads, f32 precision hint) and the ratios.
+- with ``--time``: ``zero_trial_s`` (the time from the partitioned model to kernels ready to
+  run, cold: an empty records database; ``zero_trial_search_s`` of it getting the programs,
+  the rest compiling them; ``zero_trial_searched`` and ``zero_trial_remembered`` count the
+  programs searched and replayed from the database) and the same of a second process with
+  that database (``zero_trial_warm_s``, ``zero_trial_warm_search_s``,
+  ``zero_trial_warm_remembered``, ``zero_trial_warm_searched``: a warm run replays every
+  program), ``openvino_ms`` (OpenVINO CPU, 2 threads, f32 precision hint) and the ratios.
 
 The summary line says ``N/M models import, run and match onnxruntime``; ``--import-only``
 skips running programs; ``--default-schedules`` runs default schedules instead of the
@@ -127,6 +131,10 @@ def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial
             executor = G.GraphExecutor(part, warn_untuned=False, base_model="default" if zero_trial else None)
         row["programs"] = "zero-trial" if zero_trial else "default"
         row["zero_trial_s" if zero_trial else "build_s"] = time.perf_counter() - t0
+        if executor.zero_trial is not None:
+            row.update(zero_trial_search_s=executor.zero_trial_seconds,
+                       zero_trial_searched=executor.zero_trial.stats["searched"],
+                       zero_trial_remembered=executor.zero_trial.stats["remembered"])
         ours = executor.run(*inputs)
         ort = _onnxruntime(path)
         row["matches_onnxruntime"] = _relative_error(ours, ort(*inputs))
@@ -213,7 +221,8 @@ def main(argv=None) -> int:
             row = run_child(name, args, db, args.import_only)
             if args.time and not args.default_schedules and row.get("imports") and "error" not in row:
                 warm = run_child(name, args, db, False)
-                row["zero_trial_warm_s"] = warm.get("zero_trial_s")
+                for key in ("s", "search_s", "searched", "remembered"):
+                    row[f"zero_trial_warm_{key}"] = warm.get(f"zero_trial_{key}")
         row["matches"] = None if args.import_only else (row.get("matches_onnxruntime") is not None
                                                          and row["matches_onnxruntime"] <= args.tolerance)
         rows.append(row)

@@ -103,11 +103,11 @@ def _manifest(executor: GraphExecutor, plan, output_names, log_file, build_id: b
 
 
 def compile(model, log_file=None, output=None, input_shapes: dict | None = None, base_model="default",
-            winograd: bool = True) -> str:
+            winograd: bool = True, records_db="default") -> str:
     """Compile ``model`` (a Graph, PartitionedGraph, onnx.ModelProto or .onnx path; open
     input dimensions fixed by ``input_shapes``) with the best programs of ``log_file`` (tasks
-    without one get their zero-trial program, said in the manifest; ``base_model`` as for
-    ``GraphExecutor``; ``winograd`` as ``graph.partition``, as the model was tuned) into the
+    without one get their zero-trial program, said in the manifest; ``base_model`` and
+    ``records_db`` as for ``GraphExecutor``; ``winograd`` as ``graph.partition``, as the model was tuned) into the
     artifact ``output`` (default: the model's name + ".aso"); returns its path."""
     c_compiler()   # before any work: say at once that there is no linker
     if log_file is not None and not os.path.isfile(log_file):
@@ -115,7 +115,7 @@ def compile(model, log_file=None, output=None, input_shapes: dict | None = None,
     part, output_names = import_model(model, input_shapes, winograd)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UntunedWorkloadWarning)   # the manifest says which
-        executor = GraphExecutor(part, log_file=log_file, base_model=base_model)
+        executor = GraphExecutor(part, log_file=log_file, base_model=base_model, records_db=records_db)
     return compile_executor(executor, output, output_names, log_file)
 
 

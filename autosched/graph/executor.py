@@ -3,8 +3,10 @@
 ``GraphExecutor`` compiles one kernel per workload (identical subgraphs share it): the
 tuned program where there is one (``states`` by workload key, or the best records of a
 tuning log); else, for a tuning task, the base cost model's zero-trial program
-(``autosched.history.zero_trial``) with a loud ``UntunedWorkloadWarning``, and a default schedule
-for the rest (and for every untuned task without a base model). Everything a run needs
+(``autosched.history.zero_trial``: the searches of all untuned tasks at once over the cores,
+each program remembered in the records database for the next load) with a loud
+``UntunedWorkloadWarning``, and a default schedule for the rest (and for every untuned
+task without a base model). Everything a run needs
 is prepared when the executor is built: constant weights packed for layout-rewritten
 kernels, the tensors' memory planned by liveness (``memory``; reshapes are views), every
 kernel's arguments checked, and the calls laid out for the native driver (``driver``), so
@@ -100,16 +102,19 @@ def default_schedule(dag: ir.ComputeDAG, target=None) -> ir.State:
     return search_space(target).default_schedule(dag, target.hardware)
 
 
-def _zero_trial_program(zero_trial: ZeroTrial, dag: ir.ComputeDAG) -> _Program | None:
-    """The zero-trial program of an untuned task on this CPU (ranked against its default
-    schedule), or None (with a warning) if the search finds none."""
-    try:
-        state = zero_trial.program(dag, candidates=[default_schedule(dag)])
-    except ValueError as err:
-        warnings.warn(f"autosched: no zero-trial program ({err}); the task runs a default schedule",
+def _zero_trial_programs(untuned, target, base_model, records_db) -> tuple[dict, ZeroTrial | None]:
+    """The zero-trial program of each ``untuned`` workload (by workload key; their searches
+    at once, over the cores; remembered in the records database ``records_db``) and the
+    ``ZeroTrial`` that found them (None without a base model); a task whose search finds no
+    program is left out, with a warning."""
+    zero_trial = ZeroTrial.from_spec(base_model, records_db=records_db) if untuned and base_model else None
+    if zero_trial is None:
+        return {}, None
+    found = zero_trial.programs([w.search_task(target=target) for w in untuned])
+    for why in zero_trial.failures.values():
+        warnings.warn(f"autosched: no zero-trial program ({why}); the task runs a default schedule",
                       RuntimeWarning, stacklevel=4)
-        return None
-    return _Program(state, True, False, zero_trial=True)
+    return {key: _Program(state, True, False, zero_trial=True) for key, state in found.items()}, zero_trial
 
 
 class GraphExecutor:
@@ -123,13 +128,18 @@ class GraphExecutor:
     executors made one after another while tuning goes on (only new programs compile).
     ``layout_rewrite``: how tuned ``states`` are built (as they were measured).
     ``base_model``: whose zero-trial programs untuned tasks run ("default": the shipped
-    model, where the target's back end has one; None: the default schedule).
+    model, where the target's back end has one; None: the default schedule); their
+    searches run at once over the cores, and each program is remembered in the records
+    database ``records_db`` ("default", a path, or None: see
+    ``autosched.history.database``), so that the next load replays it (``zero_trial.stats``
+    counts the programs remembered and searched).
     ``emulate``: run the kernels on this CPU through the target's emulator (the cuda
     target's: slow, for checking programs without a GPU)."""
 
     def __init__(self, partitioned: PartitionedGraph, states: dict | None = None, log_file=None,
                  target=None, layout_rewrite: bool = True, warn_untuned: bool = True,
-                 kernel_cache: dict | None = None, base_model="default", emulate: bool = False):
+                 kernel_cache: dict | None = None, base_model="default", emulate: bool = False,
+                 records_db="default"):
         self.partitioned = partitioned
         self.graph = partitioned.graph
         self.target = ir.Target.parse(target)
@@ -137,8 +147,13 @@ class GraphExecutor:
             raise ValueError(f"base_model={base_model!r} does not apply to target {str(self.target)!r}: the base "
                              "model knows the programs of this CPU only")
         t0 = time.perf_counter()
+        #: the ``ZeroTrial`` that gave untuned tasks their programs (None: none did), and the
+        #: seconds it took (searching or replaying them; ``build_seconds`` adds compiling)
+        self.zero_trial: ZeroTrial | None = None
+        self.zero_trial_seconds = 0.0
         self.programs, self.untuned = self._build_programs(states, log_file, layout_rewrite, kernel_cache,
-                                                           base_model if self.target.backend.base_model else None)
+                                                           base_model if self.target.backend.base_model else None,
+                                                           records_db)
         self.build_seconds = time.perf_counter() - t0
         if self.untuned and warn_untuned:
             names = ", ".join(w.desc for w in self.untuned[:5]) + (" ..." if len(self.untuned) > 5 else "")
@@ -157,7 +172,8 @@ class GraphExecutor:
                                                     [self._buffers[id(n)] for n in self.graph.inputs],
                                                     [self._buffers[id(n)] for n in self.graph.outputs], emulate)
 
-    def _build_programs(self, states, log_file, layout_rewrite, kernel_cache, base_model) -> tuple[dict, list]:
+    def _build_programs(self, states, log_file, layout_rewrite, kernel_cache, base_model,
+                        records_db) -> tuple[dict, list]:
         """The compiled program of every workload that needs a kernel, and the tasks that
         had no tuned program."""
         states = dict(states or {})
@@ -166,8 +182,7 @@ class GraphExecutor:
         history = None
         if log_file is not None:
             history = HistoryBest(log_file, str(target))
-        zero_trial = None
-        programs, untuned = {}, []
+        chosen, untuned = {}, []
         for w in self.partitioned.workloads:
             if all(_is_alias(sg) for sg in w.subgraphs):
                 continue
@@ -182,12 +197,13 @@ class GraphExecutor:
                     prog = None
             if prog is None and w in self.partitioned.tasks:
                 untuned.append(w)
-                if zero_trial is None and base_model is not None:
-                    zero_trial = ZeroTrial.from_spec(base_model) or False
-                if zero_trial:
-                    prog = _zero_trial_program(zero_trial, w.dag)
-            if prog is None:
-                prog = _Program(default_schedule(w.dag, target), False, False)
+            chosen[w] = prog
+        t0 = time.perf_counter()
+        zero, self.zero_trial = _zero_trial_programs(untuned, target, base_model, records_db)
+        self.zero_trial_seconds = time.perf_counter() - t0
+        programs = {}
+        for w, prog in chosen.items():
+            prog = prog or zero.get(w.workload_key) or _Program(default_schedule(w.dag, target), False, False)
             key = (w.workload_key, str(prog.state), prog.layout_rewrite, str(target))
             prog.kernel = kernel_cache.get(key) if kernel_cache is not None else None
             if prog.kernel is None:

@@ -17,6 +17,9 @@ train a model the tuning's cost model starts from. A tuning with a log first add
 database the log's records of its tasks that the database lacks (``reconcile``: a batch
 logged but cut by a kill before it reached the database).
 
+It also remembers every zero-trial program (``history.zero_trial``), in lines of their own
+kind that readers of measurements skip (``records.KIND``; ``read_entries`` reads them).
+
 It is a cache, shared across versions: unknown fields are ignored, a newer version's lines
 skipped, and any failure to read or write it costs one warning, never the tuning.
 """
@@ -30,7 +33,8 @@ from collections.abc import Iterable
 
 from ..files import MAX_RECORDS_FILE_BYTES, checked_size
 from ..measure.common import MeasureInput, MeasureResult
-from .records import NotATuningLog, TuningRecord, append_records, check_log_file, is_tuning_log, read_records
+from .records import (NotATuningLog, TuningRecord, append_records, check_log_file, is_tuning_log, read_entries,
+                      read_records)
 
 #: the environment variable that moves (a path) or disables ("off") the database
 ENV_VAR = "AUTOSCHED_RECORDS_DB"
@@ -85,10 +89,21 @@ class RecordsDB:
 
     def read(self, workload_keys: Iterable[str] | None = None, target: str | None = None) -> list[TuningRecord]:
         """The records (of these workloads and this target, when given), in file order;
-        lines that are not records are skipped with one warning for all of them."""
+        lines that are not records are skipped with one warning for all of them (lines of
+        another kind, ``records.KIND``, silently)."""
+        keys = None if workload_keys is None else tuple(workload_keys)
+        records = self._read(lambda: read_records(self.path, keys))
+        return [r for r in records if target is None or r.target == target]
+
+    def read_entries(self, kind: str, parse, workload_keys: Iterable[str] | None = None) -> list:
+        """The entries of ``kind`` (``records.read_entries``: not measurements), in file
+        order, read as ``read`` reads records."""
+        keys = None if workload_keys is None else tuple(workload_keys)
+        return self._read(lambda: read_entries(self.path, kind, parse, keys))
+
+    def _read(self, reader) -> list:
         if self.failed is not None or not os.path.lexists(self.path):
             return []
-        keys = None if workload_keys is None else tuple(workload_keys)
         try:
             checked_size(self.path, "records database", MAX_RECORDS_FILE_BYTES)  # (before open: a FIFO blocks)
             if not is_tuning_log(self.path):
@@ -96,7 +111,7 @@ class RecordsDB:
             with warnings.catch_warnings(record=True) as skipped:
                 warnings.simplefilter("always")
                 with self._locked(exclusive=False):
-                    records = read_records(self.path, keys)
+                    items = reader()
         except (OSError, ValueError) as err:
             self._give_up("read", err)
             return []
@@ -104,12 +119,13 @@ class RecordsDB:
             self._told_of_skipped_lines = True
             warnings.warn(f"autosched: the records database {self.path!r}: skipped {len(skipped)} line(s) that "
                           f"are not records of this version, e.g. {str(skipped[0].message)[:200]}",
-                          RuntimeWarning, stacklevel=2)
-        return [r for r in records if target is None or r.target == target]
+                          RuntimeWarning, stacklevel=3)
+        return items
 
-    def append(self, records: Iterable[TuningRecord]) -> int:
-        """Append records, all in one ``write`` under the exclusive lock
-        (``records.append_records``); returns how many (0 once the database failed)."""
+    def append(self, records: Iterable) -> int:
+        """Append records (or other entries: a zero-trial program), all in one ``write``
+        under the exclusive lock (``records.append_records``); returns how many (0 once the
+        database failed)."""
         records = list(records)
         if not records or self.failed is not None:
             return 0

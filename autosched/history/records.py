@@ -9,7 +9,9 @@ it), the measurement (costs in seconds, error code and message, times) and a tim
      "costs": [0.00131, 0.00129, 0.00130], "error_no": 0, "error_msg": "", "all_cost": 0.41,
      "build_time": 0.12, "run_time": 0.29, "repeats": 3, "saved_repeats": 7, "timestamp": 1717171717.0}
 
-Lines starting with ``#`` are comments. A run killed mid-write leaves a truncated last
+Lines starting with ``#`` are comments; lines with a ``"kind"`` (``KIND``: a zero-trial
+program the records database remembers, ``history.zero_trial``) are not measurements, and
+every reader of records skips them without a word. A run killed mid-write leaves a truncated last
 line: reading skips it with a warning, and the next append cuts it (``end_last_line``:
 the one treatment of a truncated line, for the log and the records database alike).
 ``RecordToFile`` writes each record with a single ``write`` as soon as it is measured,
@@ -21,7 +23,8 @@ A log may come from someone else: it is read only if it is a regular file of bou
 
 This module is the log of a tuning's history (``autosched.history``): reading, appending,
 distilling, the one ranking of a workload's programs (``_ranked``, by ``HasCosts.rank``),
-resuming a tuning (``resume``) and re-applying its best programs (``apply_history_best``).
+resuming a tuning (``resume``) and the best programs to re-apply (``HistoryBest``; see
+``history.apply.apply_history_best``).
 It sits above measurement: the measurer hands it results through a callback
 (``RecordToFile``) and takes earlier ones as preloaded records; it never imports this module.
 """
@@ -37,12 +40,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import ir
-from ir.build import build_with
 from ir.step_limits import check_state_limits, check_step_records
 
 from ..files import MAX_RECORD_LINE_BYTES, MAX_RECORDS_FILE_BYTES, read_bounded
 from ..measure.common import HasCosts, MeasureInput, MeasureResult
-from .zero_trial import ZeroTrial
 
 #: the version of the record format written here (readers skip newer lines with a warning)
 RECORD_VERSION = 1
@@ -85,10 +86,7 @@ class TuningRecord(HasCosts):
         key = dag.workload_key()
         if key != self.workload_key:
             raise ValueError(f"the record is of workload {self.workload_key}, the DAG given is {key}")
-        check_step_records(self.steps)
-        state = ir.State.from_steps(dag, self.steps)
-        check_state_limits(state)
-        return state
+        return replay_checked(dag, self.steps)
 
     def result(self) -> MeasureResult:
         return MeasureResult(tuple(self.costs), self.error_no, self.error_msg, self.all_cost, self.timestamp,
@@ -120,16 +118,13 @@ class TuningRecord(HasCosts):
         if version != RECORD_VERSION:
             raise ValueError(f"record format version {version!r}; this autosched reads version {RECORD_VERSION}")
         try:
-            steps, costs = d["steps"], d["costs"]
-            if not isinstance(steps, list) or not all(isinstance(s, list) and s and isinstance(s[0], str)
-                                                      for s in steps):
-                raise ValueError(f"its steps are not a list of step records: {str(steps)[:80]}")
+            steps, costs = steps_field(d), d["costs"]
             if not isinstance(costs, list) or not costs:
                 raise ValueError(f"its costs are not a list of seconds: {str(costs)[:80]}")
             costs = tuple(float(c) for c in costs)
             if int(d["error_no"]) == 0 and not all(math.isfinite(c) and c > 0 for c in costs):
                 raise ValueError(f"a valid result with costs {list(costs)}: seconds must be finite and positive")
-            return cls(workload_key=str(d["workload_key"]), target=str(d["target"]), steps=_tuples(steps),
+            return cls(workload_key=str(d["workload_key"]), target=str(d["target"]), steps=steps,
                        costs=costs, error_no=int(d["error_no"]),
                        error_msg=str(d.get("error_msg", "")), all_cost=float(d.get("all_cost", 0.0)),
                        timestamp=float(d.get("timestamp", 0.0)), desc=str(d.get("desc", "")),
@@ -150,7 +145,7 @@ class TuningRecord(HasCosts):
     def from_measure(cls, inp: MeasureInput, res: MeasureResult) -> "TuningRecord":
         task = inp.task
         hardware = getattr(task, "hardware", None)
-        return cls(workload_key=task.workload_key, target=str(task.target), steps=_tuples(inp.step_records()),
+        return cls(workload_key=task.workload_key, target=str(task.target), steps=nested_tuples(inp.step_records()),
                    costs=tuple(float(c) for c in res.costs), error_no=int(res.error_no), error_msg=res.error_msg,
                    all_cost=float(res.all_cost), timestamp=float(res.timestamp), desc=str(getattr(task, "desc", "")),
                    layout_rewrite=bool(task.layout_rewrite), program=inp.key,
@@ -159,8 +154,26 @@ class TuningRecord(HasCosts):
                    saved_repeats=int(res.saved_repeats), retimed=bool(res.retimed))
 
 
-def _tuples(v):
-    return tuple(_tuples(x) for x in v) if isinstance(v, (list, tuple)) else v
+def replay_checked(dag, steps) -> ir.State:
+    """``steps`` (step records read from a file) replayed on ``dag``, within the caps of
+    ``ir.step_limits`` (checked before replay and before any lowering); ``ir.InvalidStep``
+    otherwise."""
+    check_step_records(steps)
+    state = ir.State.from_steps(dag, steps)
+    check_state_limits(state)
+    return state
+
+
+def steps_field(d: Mapping) -> tuple:
+    """The ``steps`` of a parsed line, as tuples; ``ValueError`` unless a list of step records."""
+    steps = d["steps"]
+    if not isinstance(steps, list) or not all(isinstance(s, list) and s and isinstance(s[0], str) for s in steps):
+        raise ValueError(f"its steps are not a list of step records: {str(steps)[:80]}")
+    return nested_tuples(steps)
+
+
+def nested_tuples(v):
+    return tuple(nested_tuples(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
 def _lists(v):
@@ -169,17 +182,35 @@ def _lists(v):
 
 # reading -------------------------------------------------------------------------------
 
+#: the field that marks a line that is not a measurement (``"kind": "zero_trial"``: a
+#: zero-trial program the records database remembers): every reader of measurements skips
+#: such lines without a word; ``read_entries`` reads the lines of one kind
+KIND = "kind"
+
+
 def read_records(path, workload_keys=None) -> list[TuningRecord]:
     """Every record of a file (a regular file of at most ``MAX_RECORDS_FILE_BYTES``, else
-    ``files.UnreadableFile``), in file order. Comments and blank lines are skipped; so is,
-    with one warning each, every line that is not a record this version reads: a truncated
-    last line (a run killed while writing), a newer format's line, anything else.
-    ``workload_keys``: only the records of these workloads (other lines are not parsed)."""
+    ``files.UnreadableFile``), in file order. Comments, blank lines and lines of another
+    kind (``KIND``) are skipped; so is, with one warning each, every line that is not a
+    record this version reads: a truncated last line (a run killed while writing), a newer
+    format's line, anything else. ``workload_keys``: only the records of these workloads
+    (other lines are not parsed)."""
+    return _read_lines(path, workload_keys, None, TuningRecord.from_dict)
+
+
+def read_entries(path, kind: str, parse, workload_keys=None) -> list:
+    """``parse(line's object)`` of every line of ``kind`` (see ``KIND``) of a file, read as
+    ``read_records`` reads (bounded, a line ``parse`` refuses with ``ValueError`` skipped
+    with a warning)."""
+    return _read_lines(path, workload_keys, kind, parse)
+
+
+def _read_lines(path, workload_keys, kind: str | None, parse) -> list:
     path = os.fspath(path)
     text = read_bounded(path, "tuning log", MAX_RECORDS_FILE_BYTES).decode("utf-8", errors="replace")
     lines = text.split("\n")
     complete = text.endswith("\n") or text == ""
-    records: list[TuningRecord] = []
+    out: list = []
     for number, line in enumerate(lines, 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -187,22 +218,25 @@ def read_records(path, workload_keys=None) -> list[TuningRecord]:
         last_incomplete = number == len(lines) and not complete
         if len(stripped) > MAX_RECORD_LINE_BYTES:
             warnings.warn(f"autosched: {path}: line {number} has {len(stripped)} characters, over the "
-                          f"{MAX_RECORD_LINE_BYTES} a record may have; skipped it", RuntimeWarning, stacklevel=2)
+                          f"{MAX_RECORD_LINE_BYTES} a record may have; skipped it", RuntimeWarning, stacklevel=3)
             continue
         if workload_keys is not None and not last_incomplete and not any(k in stripped for k in workload_keys):
             continue
         try:
-            rec = TuningRecord.from_json(stripped)
+            obj = json.loads(stripped)
+            if isinstance(obj, Mapping) and obj.get(KIND) != kind:
+                continue   # (a line of another kind)
+            item = parse(obj)
         except ValueError as err:  # json's errors are ValueErrors too
             if last_incomplete:
                 why = f"the last line is truncated (a run killed while writing?), {len(line)} characters"
             else:
                 why = f"line {number} is not a record ({str(err)[:160]})"
-            warnings.warn(f"autosched: {path}: {why}; skipped it", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"autosched: {path}: {why}; skipped it", RuntimeWarning, stacklevel=3)
             continue
-        if workload_keys is None or rec.workload_key in workload_keys:   # (the line test above is a prefilter)
-            records.append(rec)
-    return records
+        if workload_keys is None or item.workload_key in workload_keys:   # (the line test above is a prefilter)
+            out.append(item)
+    return out
 
 
 def _iter_records(source) -> list[TuningRecord]:
@@ -401,9 +435,10 @@ class RecordToFile:
             self.close()
 
 
-def append_records(fd: int, path: str, records: Iterable[TuningRecord]) -> int:
-    """The one appender of the history: ``records`` as whole lines at the end of the log
-    open (read-write, ``O_APPEND``) at ``fd``, after ``end_last_line``; returns how many."""
+def append_records(fd: int, path: str, records: Iterable) -> int:
+    """The one appender of the history: ``records`` (``TuningRecord``s, or other entries
+    with a ``to_json``: a zero-trial program) as whole lines at the end of the log open
+    (read-write, ``O_APPEND``) at ``fd``, after ``end_last_line``; returns how many."""
     lines = [r.to_json() + "\n" for r in records]
     if lines:
         end_last_line(fd, path)
@@ -450,7 +485,7 @@ class HistoryBest:
     one that replays. A workload without one gets ``zero_trial``'s program (a
     ``zero_trial.ZeroTrial``), or with None the naive program; both with a warning."""
 
-    def __init__(self, source, target: str | None, zero_trial: ZeroTrial | None = None):
+    def __init__(self, source, target: str | None, zero_trial=None):
         self.target = target
         self.zero_trial = zero_trial
         records = _iter_records(source)
@@ -497,25 +532,6 @@ class HistoryBest:
         warnings.warn(f"autosched: {why} for workload {key} (outputs {outputs}); building {what}",
                       UntunedWorkloadWarning, stacklevel=5)
         return got
-
-
-@contextlib.contextmanager
-def apply_history_best(source, target: str | None = None, base_model="default"):
-    """Within the block, ``ir.build(dag)`` (no state given) builds the best recorded program
-    of ``dag``'s workload from ``source`` (a log path, a list of paths, or loaded records),
-    with the layout rewrite it was measured with: a rewritten constant is then passed in its
-    packed form, ``kernel.pack(name, array)``. A workload without a record builds, with an
-    ``UntunedWorkloadWarning`` naming it, the zero-trial program of ``base_model``
-    (``autosched.history.zero_trial``: "default" is the shipped model; layout-rewritten) or, with
-    ``base_model=None``, the naive program.
-
-    ``target``: only records of this target count (default: this host's, ``ir.host_target()``;
-    ``"any"``: all). Yields the ``HistoryBest`` (``.best``, ``.applied``, ``.fallbacks``)."""
-    if target is None:
-        target = ir.host_target()
-    history = HistoryBest(source, None if target == "any" else target, ZeroTrial.from_spec(base_model))
-    with build_with(history):
-        yield history
 
 
 # resuming a tuning ------------------------------------------------------------------------

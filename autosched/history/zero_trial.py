@@ -1,20 +1,48 @@
 """Zero-trial programs: for a task that was never measured, the program the base cost model
-ranks best after a short search without any measurement (a few seconds a task), instead
-of the naive or default schedule. ``GraphExecutor`` and ``apply_history_best`` use it for
-untuned tasks (still with a loud ``UntunedWorkloadWarning``: nothing was measured).
+ranks best after a short search without any measurement (its default schedule ranked
+with the search's programs), instead of the naive or default schedule. ``GraphExecutor``
+and ``apply_history_best`` use it for untuned tasks (still with a loud
+``UntunedWorkloadWarning``: nothing was measured).
 
 Every program the search proposes is a chain of transform steps applied to the task's
 DAG, so it computes what the DAG says; what the model may get wrong is its speed.
+
+The searches of many tasks (a model's untuned tasks) run at once, one worker process per
+core (``autosched.workers``: fresh interpreters, never forks of a process that has run
+XGBoost's or LLVM's threads), the largest tasks first; each task's search is seeded alone,
+so the programs are the same whatever the number of workers. Each program found is
+remembered in the records database (``ZeroTrialEntry``, a line of kind ``zero_trial``)
+under its workload, target, base model (a digest of its trees) and search
+(``search_identity``): the next load of the model replays the steps, no search. It never
+counts as a measurement: every reader of measured records skips it (``records.KIND``).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping
+from concurrent.futures import as_completed
+from dataclasses import dataclass
+
 import ir
 from evolution import SearchParams, SketchPolicy
+from sketch_rules import search_space
 
+from .. import __version__
 from .base_model import load_base_model
+from .database import RecordsDB, open_records_db
+from .records import KIND, RECORD_VERSION, nested_tuples, replay_checked, steps_field
 
-#: the short search: small population, few generations, one process
+#: the short search: small population, few generations, one process a task
 ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_population=64, islands=1)
+#: the version of the zero-trial search: raise it when the search picks other programs for
+#: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again)
+SEARCH_VERSION = 1
+#: the kind of the records database's lines that remember zero-trial programs
+ENTRY_KIND = "zero_trial"
 
 
 def zero_trial_program(task: ir.SearchTask, model, seed: int = 0, candidates=(),
@@ -30,27 +58,211 @@ def zero_trial_program(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     return options[max(range(len(options)), key=lambda i: scores[i])]
 
 
-class ZeroTrial:
-    """Zero-trial programs from one base model (``load_base_model``'s ``spec``), remembered
-    per workload and target as their steps (replayed on the DAG asked for)."""
+def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | None = None,
+                 single_threaded: bool = False) -> tuple:
+    """The step records of ``task``'s zero-trial program, its default schedule ranked with
+    the search's programs (what a worker runs: plain arguments, the model's predictor;
+    ``single_threaded``: XGBoost predicts on one thread, one worker per core)."""
+    if single_threaded:
+        _one_thread(model)
+    default = search_space(task.target).default_schedule(task.dag, task.hardware)
+    state = zero_trial_program(task, model, seed, [default], params)
+    return nested_tuples([step.record() for step in state.steps])
 
-    def __init__(self, model, seed: int = 0):
-        self.model = model
-        self.seed = seed
-        self._steps: dict[tuple, tuple] = {}
+
+def _one_thread(model) -> None:
+    while model is not None:
+        if getattr(model, "booster", None) is not None:
+            model.booster.set_param({"nthread": 1})
+        model = getattr(model, "base_model", None)
+
+
+def model_identity(model) -> str | None:
+    """A digest of ``model``'s trees (and of its base model's): what tells one base model
+    from another wherever its file lies; None for a model without trees."""
+    digest = hashlib.sha256()
+    while model is not None:
+        booster = getattr(model, "booster", None)
+        if booster is None:
+            return None
+        digest.update(bytes(booster.save_raw("ubj")))
+        model = getattr(model, "base_model", None)
+    return digest.hexdigest()[:32]
+
+
+def search_identity(seed: int, params: SearchParams = ZERO_TRIAL_PARAMS) -> str:
+    """What tells one zero-trial search from another: autosched's version, the search's
+    version, its parameters and seed."""
+    spec = f"autosched {__version__} search {SEARCH_VERSION} {params!r} seed {seed}"
+    return f"{SEARCH_VERSION}-{hashlib.sha256(spec.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True)
+class ZeroTrialEntry:
+    """A remembered zero-trial program: the step records that the search ``search`` under
+    the base model ``base_model`` (``model_identity``) picked for a workload on a target.
+    Never a measurement (no costs)."""
+    workload_key: str
+    target: str
+    base_model: str
+    search: str
+    steps: tuple
+    desc: str = ""
+    timestamp: float = 0.0
+
+    @property
+    def ident(self) -> tuple:
+        return self.workload_key, self.target, self.base_model, self.search
+
+    def to_json(self) -> str:
+        return json.dumps({"v": RECORD_VERSION, KIND: ENTRY_KIND, "workload_key": self.workload_key,
+                           "desc": self.desc, "target": self.target, "base_model": self.base_model,
+                           "search": self.search, "steps": self.steps, "timestamp": self.timestamp},
+                          separators=(",", ":"))
 
     @classmethod
-    def from_spec(cls, base_model="default", seed: int = 0) -> "ZeroTrial | None":
+    def from_dict(cls, d) -> "ZeroTrialEntry":
+        """The entry of a parsed line; ``ValueError`` saying why for anything else."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"the line is a JSON {type(d).__name__}, not an entry object")
+        if d.get("v") != RECORD_VERSION:
+            raise ValueError(f"entry format version {d.get('v')!r}; this autosched reads version {RECORD_VERSION}")
+        try:
+            return cls(workload_key=str(d["workload_key"]), target=str(d["target"]), base_model=str(d["base_model"]),
+                       search=str(d["search"]), steps=steps_field(d), desc=str(d.get("desc", "")),
+                       timestamp=float(d.get("timestamp", 0.0)))
+        except KeyError as err:
+            raise ValueError(f"the zero-trial entry has no {err.args[0]!r} field") from None
+        except TypeError as err:
+            raise ValueError(f"a field has the wrong type: {err}") from None
+
+
+class ZeroTrial:
+    """Zero-trial programs from one base model (``load_base_model``'s ``spec``), remembered
+    per workload and target as their steps (replayed on the DAG asked for): in this object,
+    and in the records database ``records_db`` (a ``RecordsDB``, "default", a path, or
+    None: see ``database.open_records_db``). ``workers``: processes the searches of many
+    tasks run in (None: one per core); ``params``: the search's (default
+    ``ZERO_TRIAL_PARAMS``). ``stats`` counts the programs ``remembered`` (the
+    database's, replayed), ``searched`` and ``failed``."""
+
+    def __init__(self, model, seed: int = 0, records_db="default", workers: int | None = None,
+                 params: SearchParams = ZERO_TRIAL_PARAMS):
+        self.model = model
+        self.seed = seed
+        self.params = params
+        self.workers = workers or os.cpu_count() or 1
+        self.db: RecordsDB | None = open_records_db(records_db)
+        self._base_model = model_identity(model) if self.db is not None else None
+        self._search = search_identity(seed, params)
+        self._steps: dict[tuple, tuple] = {}
+        self.stats: Counter = Counter(remembered=0, searched=0, failed=0)
+        #: workload key -> why its search failed (such tasks have no zero-trial program)
+        self.failures: dict[str, str] = {}
+
+    @classmethod
+    def from_spec(cls, base_model="default", seed: int = 0, records_db="default",
+                  workers: int | None = None) -> "ZeroTrial | None":
         """One from the base model ``base_model`` names; None when there is none."""
         model = load_base_model(base_model)
-        return cls(model, seed) if model is not None else None
+        return cls(model, seed, records_db, workers) if model is not None else None
 
-    def program(self, dag: ir.ComputeDAG, target: str | None = None, candidates=()) -> ir.State:
+    def program(self, dag: ir.ComputeDAG, target=None) -> ir.State:
         """The zero-trial program of ``dag`` (layout-rewritten: build it with
-        ``layout_rewrite=True``)."""
+        ``layout_rewrite=True``); ``ValueError`` if the search finds none."""
         task = ir.SearchTask(dag, target=target)
-        ident = (task.workload_key, task.target)
-        if ident not in self._steps:
-            state = zero_trial_program(task, self.model, self.seed, candidates)
-            self._steps[ident] = state.steps
-        return ir.State.from_steps(dag, self._steps[ident])
+        got = self.programs([task])
+        if task.workload_key not in got:
+            raise ValueError(self.failures[task.workload_key])
+        return got[task.workload_key]
+
+    def programs(self, tasks) -> dict[str, ir.State]:
+        """Workload key -> zero-trial program of each of ``tasks`` (``ir.SearchTask``s;
+        one per workload key and target), replayed from what is remembered, the others
+        searched at once over ``workers`` processes, largest first. A task whose search
+        fails is left out (``failures`` says why)."""
+        tasks = list({(t.workload_key, str(t.target)): t for t in tasks}.values())
+        steps = {self._ident(t): self._steps[self._ident(t)] for t in tasks if self._ident(t) in self._steps}
+        missing = [t for t in tasks if self._ident(t) not in steps]
+        steps.update(self._remembered(missing))
+        unknown = [t for t in missing if self._ident(t) not in steps]
+        if unknown:
+            steps.update(self._searched(unknown))
+        out = {}
+        for task in tasks:
+            ident = self._ident(task)
+            if ident in steps:
+                self._steps[ident] = steps[ident]
+                out[task.workload_key] = ir.State.from_steps(task.dag, steps[ident])
+        return out
+
+    @staticmethod
+    def _ident(task) -> tuple:
+        return task.workload_key, str(task.target)
+
+    def _remembered(self, tasks) -> dict[tuple, tuple]:
+        """The database's steps of ``tasks`` (the newest entry of each) that replay."""
+        if self.db is None or self._base_model is None or not tasks:
+            return {}
+        by_ident = {self._ident(t): t for t in tasks}
+        newest = {}
+        for entry in self.db.read_entries(ENTRY_KIND, ZeroTrialEntry.from_dict, {t.workload_key for t in tasks}):
+            ident = (entry.workload_key, entry.target)
+            if ident in by_ident and entry.base_model == self._base_model and entry.search == self._search:
+                newest[ident] = entry.steps
+        out = {}
+        for ident, steps in newest.items():
+            try:
+                replay_checked(by_ident[ident].dag, steps)
+            except ir.InvalidStep:
+                continue   # (an entry of an older search space: searched again)
+            out[ident] = steps
+            self.stats["remembered"] += 1
+        return out
+
+    def _searched(self, tasks) -> dict[tuple, tuple]:
+        """The searched steps of ``tasks``, each remembered in the database as it comes."""
+        tasks = sorted(tasks, key=lambda t: -t.dag.flop_count())
+        out = {}
+        for task, result in _search_all(tasks, self.model, self.seed, self.params, min(self.workers, len(tasks))):
+            if isinstance(result, Exception):
+                self.stats["failed"] += 1
+                self.failures[task.workload_key] = f"the zero-trial search of {task.desc or task} failed: " \
+                                                   f"{type(result).__name__}: {str(result)[:300]}"
+                continue
+            self.stats["searched"] += 1
+            out[self._ident(task)] = result
+            if self._base_model is not None:
+                self.db.append([ZeroTrialEntry(task.workload_key, str(task.target), self._base_model, self._search,
+                                               result, task.desc, time.time())])
+        return out
+
+
+def _search_all(tasks, model, seed: int, params: SearchParams, workers: int):
+    """(task, its steps or the exception its search raised) of each of ``tasks``, in the
+    order they finish: in this process for one worker, else in a ``WorkerPool``."""
+    if workers <= 1:
+        for task in tasks:
+            yield task, _try(search_steps, task, model, seed, params)
+        return
+    from ..workers import WorkerPool
+    predictor = model.predictor()
+    pool = WorkerPool(workers, name="autosched-zero-trial", preload=("numpy", "xgboost", "ir", "evolution"))
+    try:
+        futures = {pool.submit(search_steps, task, predictor, seed, params, True): task for task in tasks}
+        for future in as_completed(futures):
+            task = futures[future]
+            err = future.exception()
+            if err is None or isinstance(err, ValueError):   # (ir.InvalidStep is one)
+                yield task, err or future.result()
+            else:   # a worker that crashed or could not start: this process searches
+                yield task, _try(search_steps, task, model, seed, params)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except ValueError as err:   # (ir.InvalidStep is one)
+        return err

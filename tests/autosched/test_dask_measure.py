@@ -15,7 +15,8 @@ distributed = pytest.importorskip("distributed", reason="measurement on Dask nee
 import ir  # noqa: E402
 from autosched import MeasureErrorNo, MeasureInput, ProgramMeasurer, RecordToFile, auto_schedule  # noqa: E402
 from autosched.measure.dask import DaskBuilder, DaskRunner  # noqa: E402
-from autosched.history.records import apply_history_best, read_records, trials_of  # noqa: E402
+from autosched.history.apply import apply_history_best  # noqa: E402
+from autosched.history.records import read_records, trials_of  # noqa: E402
 from tests.autosched.measure_faults import Fault  # noqa: E402
 from tests.autosched.test_measure import assert_good, matmul_dag, states, task  # noqa: E402,F401 (fixtures)
 

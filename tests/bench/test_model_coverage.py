@@ -34,3 +34,24 @@ def test_a_failing_model_is_a_row():
                                  memory_gb=8.0)
     row = model_coverage.run_child("light_no_such_model", args, None, import_only=True)
     assert row["imports"] is False and "no light model 'no_such_model'" in row["error"]
+
+
+def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypatch, capsys):
+    """``--time`` runs each model twice with one records database: the first row's cold
+    seconds and counts, the second run's as ``zero_trial_warm_*``."""
+    calls = []
+
+    def child(name, args, records_db, import_only):
+        calls.append(records_db)
+        warm = len(calls) == 2
+        return {"workload": name, "imports": True, "matches_onnxruntime": 0.0, "vs_onnxruntime": 1.0,
+                "zero_trial_s": 2.0 if warm else 30.0, "zero_trial_search_s": 0.5 if warm else 28.0,
+                "zero_trial_searched": 0 if warm else 7, "zero_trial_remembered": 7 if warm else 0}
+
+    monkeypatch.setattr(model_coverage, "run_child", child)
+    assert model_coverage.main(["--models", "m", "--time"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"][0]
+    assert calls[0] is not None and calls[0] == calls[1]   # one database, shared by the two runs
+    assert (row["zero_trial_s"], row["zero_trial_searched"]) == (30.0, 7)
+    assert (row["zero_trial_warm_s"], row["zero_trial_warm_search_s"]) == (2.0, 0.5)
+    assert (row["zero_trial_warm_remembered"], row["zero_trial_warm_searched"]) == (7, 0)

@@ -1,0 +1,264 @@
+"""Zero-trial programs remembered in the records database: a second load of a model replays
+them (no search) while another base model or target searches again; the entries are a cache
+(junk and unknown fields tolerated, entries that no longer replay searched again) and never
+a measurement (tuning, ranking, pretraining, resuming and counting trials skip them); the
+searches of many tasks run over worker processes, largest first, with the same programs
+whatever the number of workers."""
+import json
+import warnings
+
+import pytest
+
+import autosched
+import ir
+from autosched import TuningRecord, ops
+from autosched import graph as G
+from autosched.cli import count_trials
+from autosched.history import database as D
+from autosched.history import zero_trial as Z
+from autosched.history.base_model import SHIPPED_MODEL, load_base_model, pretrain
+from autosched.history.records import best_records, read_records, resume
+from evolution import XGBoostModel
+from tests.autosched.test_records_db import _tune, matmul_task, record
+from tests.autosched.test_zero_trial import _network
+
+TINY = ("GMM-1x16x16x16", "NRM-1x16x32", "GMM-1x8x24x16")
+
+
+def _task(name, target=None):
+    return ir.SearchTask(ir.ComputeDAG(ops.suite_workload(name).tensors), target=target, desc=name)
+
+
+def _model():
+    return load_base_model(SHIPPED_MODEL)
+
+
+def _no_search(monkeypatch):
+    def fail(*args):
+        raise AssertionError("searched, though the program is remembered")
+    monkeypatch.setattr(Z, "search_steps", fail)
+
+
+def _steps(states):
+    return {k: [s.record() for s in v.steps] for k, v in states.items()}
+
+
+def test_a_second_load_replays_the_remembered_programs(tmp_path, monkeypatch):
+    db = tmp_path / "db.jsonl"
+    first = Z.ZeroTrial(_model(), records_db=db, workers=1)
+    tasks = [_task(n) for n in TINY[:2]]
+    found = first.programs(tasks)
+    assert first.stats == {"remembered": 0, "searched": 2, "failed": 0}
+    entries = [json.loads(line) for line in db.read_text().splitlines()]
+    assert [e["kind"] for e in entries] == ["zero_trial", "zero_trial"]
+    assert {e["workload_key"] for e in entries} == {t.workload_key for t in tasks}
+    _no_search(monkeypatch)
+    second = Z.ZeroTrial(_model(), records_db=db, workers=1)
+    again = second.programs(tasks)
+    assert second.stats == {"remembered": 2, "searched": 0, "failed": 0}
+    assert _steps(again) == _steps(found)
+
+
+def test_another_base_model_or_target_searches_again(tmp_path):
+    db = tmp_path / "db.jsonl"
+    model = _model()
+    Z.ZeroTrial(model, records_db=db, workers=1).programs([_task(TINY[0])])
+    fewer_trees = XGBoostModel(objective="rank")
+    fewer_trees.booster = model.booster[:50]
+    assert Z.model_identity(fewer_trees) != Z.model_identity(model)
+    other_model = Z.ZeroTrial(fewer_trees, records_db=db, workers=1)
+    other_model.programs([_task(TINY[0])])
+    other_target = Z.ZeroTrial(model, records_db=db, workers=1)
+    other_target.programs([_task(TINY[0], target="llvm -mcpu=skylake-avx512")])
+    assert other_model.stats["searched"] == other_target.stats["searched"] == 1
+    assert other_model.stats["remembered"] == other_target.stats["remembered"] == 0
+    assert len(db.read_text().splitlines()) == 3
+    same = Z.ZeroTrial(load_base_model(SHIPPED_MODEL), records_db=db, workers=1)
+    same.programs([_task(TINY[0])])
+    assert same.stats["remembered"] == 1   # (the identity is the trees', not the object's)
+    other_seed = Z.ZeroTrial(model, seed=1, records_db=db, workers=1)
+    other_seed.programs([_task(TINY[0])])
+    assert other_seed.stats["searched"] == 1
+
+
+@pytest.mark.parametrize("off", ["none", "env"])
+def test_without_a_database_nothing_is_remembered(tmp_path, monkeypatch, off):
+    db = tmp_path / "db.jsonl"
+    if off == "env":
+        monkeypatch.setenv("AUTOSCHED_RECORDS_DB", "off")
+    zero = Z.ZeroTrial(_model(), records_db=None if off == "none" else "default", workers=1)
+    zero.programs([_task(TINY[0])])
+    assert zero.db is None and zero.stats["searched"] == 1 and not db.exists()
+
+
+def test_junk_unknown_fields_and_entries_that_do_not_replay(tmp_path, monkeypatch):
+    db = tmp_path / "db.jsonl"
+    task = _task(TINY[0])
+    zero = Z.ZeroTrial(_model(), records_db=db, workers=1)
+    zero.programs([task])
+    good = json.loads(db.read_text())
+    newer = dict(good, a_field_of_a_newer_version=[1, 2])
+    db.write_text("\n".join(["# notes", "not json", json.dumps(dict(good, steps="junk")), json.dumps(newer),
+                             json.dumps(dict(good, workload_key=7, base_model=None, steps=[]))]) + "\n")
+    with pytest.warns(RuntimeWarning, match="skipped 1 line"):
+        again = Z.ZeroTrial(_model(), records_db=db, workers=1)
+        again.programs([task])
+    assert again.stats["remembered"] == 1
+    # an entry whose steps do not replay on the workload (another search space's) is searched again
+    broken = dict(good, steps=[["SP", 99, 0, [4], True]])
+    db.write_text(json.dumps(broken) + "\n")
+    third = Z.ZeroTrial(_model(), records_db=db, workers=1)
+    third.programs([task])
+    assert third.stats == {"remembered": 0, "searched": 1, "failed": 0}
+
+
+def _database_with_both(tmp_path):
+    """A records database holding one measured record and a zero-trial entry of its workload."""
+    task = matmul_task()
+    db = tmp_path / "db.jsonl"
+    rec = record(task, 4, 1e-3)
+    entry = Z.ZeroTrialEntry(task.workload_key, rec.target, "a-model", Z.search_identity(0),
+                             tuple(s.record() for s in task.dag.init_state().split("C", "i", [2]).steps))
+    D.RecordsDB(db).append([entry, rec, entry])
+    return task, db, rec
+
+
+def test_readers_of_measurements_skip_zero_trial_entries(tmp_path, recwarn):
+    task, db, rec = _database_with_both(tmp_path)
+    assert read_records(db) == [rec]
+    assert D.RecordsDB(db).read() == [rec]
+    assert count_trials(str(db)) == 1
+    assert best_records(str(db))[task.workload_key] == [rec]
+    own, _ = D.prior_knowledge(D.RecordsDB(db), [task])
+    assert own == [rec]
+    with pytest.raises(ValueError, match="no 'costs' field"):   # an older autosched: a line it skips
+        TuningRecord.from_json(db.read_text().splitlines()[0])
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_pretraining_and_resuming_skip_zero_trial_entries(tmp_path):
+    task, db, rec = _database_with_both(tmp_path)
+    only_entries = tmp_path / "entries.jsonl"
+    only_entries.write_text("".join(line + "\n" for line in db.read_text().splitlines() if '"kind"' in line))
+    with pytest.raises(ValueError, match="no usable record among 0"):
+        pretrain(read_records(only_entries))
+
+    class Policy:
+        def remember(self, states, costs):
+            self.costs = costs
+            return [(task, s, c) for s, c in zip(states, costs)]
+
+    class Measurer:
+        def load(self, records):
+            self.records = records
+
+    class Model:
+        def update(self, records):
+            self.records = list(records)
+
+    policy, measurer, model = Policy(), Measurer(), Model()
+    assert resume(read_records(db), [task], [policy], model, measurer) == [1]
+    assert measurer.records == [rec] and policy.costs == [rec.mean_cost] and len(model.records) == 1
+
+
+def test_a_tuning_with_the_database_counts_only_measurements(tmp_path):
+    task, db, rec = _database_with_both(tmp_path)
+    result = _tune(task, str(db), trials=2)
+    assert result.trials == 2 and result.latency == pytest.approx(rec.mean_cost)   # (resumed from the measurement)
+    lines = db.read_text().splitlines()
+    assert sum('"kind":"zero_trial"' in line for line in lines) == 2 and len(read_records(db)) == 3
+
+
+def test_many_tasks_search_once_per_workload_largest_first_in_this_process(monkeypatch):
+    order = []
+    real = Z.search_steps
+
+    def spy(task, model, seed, params=None, single_threaded=False):
+        order.append(task.desc)
+        return real(task, model, seed, params, single_threaded)
+
+    monkeypatch.setattr(Z, "search_steps", spy)
+    zero = Z.ZeroTrial(_model(), records_db=None, workers=1)
+    tasks = [_task(n) for n in TINY] + [_task(TINY[0])]
+    got = zero.programs(tasks)
+    assert len(got) == 3 and zero.stats["searched"] == 3
+    flops = {t.desc: t.dag.flop_count() for t in tasks}
+    assert order == sorted(TINY, key=lambda n: -flops[n])
+
+
+def test_the_programs_are_the_same_whatever_the_number_of_workers():
+    tasks = [_task(n) for n in TINY]
+    alone = Z.ZeroTrial(_model(), records_db=None, workers=1).programs(tasks)
+    pooled = Z.ZeroTrial(_model(), records_db=None, workers=2)
+    assert _steps(pooled.programs(tasks)) == _steps(alone)
+    assert pooled.stats["searched"] == 3
+
+
+def test_the_executor_remembers_and_replays_zero_trial_programs(tmp_path, monkeypatch):
+    db = tmp_path / "db.jsonl"
+    part = G.partition(_network())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", autosched.UntunedWorkloadWarning)
+        first = G.GraphExecutor(part, base_model=SHIPPED_MODEL, records_db=db)
+        assert first.zero_trial.stats["searched"] == len(part.tasks) > 0
+        monkeypatch.setattr(Z, "_search_all", lambda *a: pytest.fail("searched, though remembered"))
+        second = G.GraphExecutor(part, base_model=SHIPPED_MODEL, records_db=db)
+    assert second.zero_trial.stats == {"remembered": len(part.tasks), "searched": 0, "failed": 0}
+    assert all(str(second.programs[k].state) == str(first.programs[k].state) for k in first.programs)
+    ok, err = second.verify()
+    assert ok, err
+
+
+def test_a_task_whose_worker_crashes_is_searched_in_this_process(monkeypatch):
+    import autosched.workers
+    from concurrent.futures import Future
+
+    class CrashingPool:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def submit(self, *args):
+            future = Future()
+            future.set_exception(autosched.workers.WorkerCrashed("killed by SIGSEGV"))
+            return future
+
+        def shutdown(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(autosched.workers, "WorkerPool", CrashingPool)
+    tasks = [_task(n) for n in TINY[:2]]
+    zero = Z.ZeroTrial(_model(), records_db=None, workers=2)
+    got = zero.programs(tasks)
+    assert zero.stats == {"remembered": 0, "searched": 2, "failed": 0}
+    assert _steps(got) == _steps(Z.ZeroTrial(_model(), records_db=None, workers=1).programs(tasks))
+
+
+def test_a_task_whose_search_finds_nothing_runs_its_default_schedule_with_a_warning(tmp_path, monkeypatch):
+    def nothing(task, *args):
+        raise ValueError(f"the search found no program of {task}")
+
+    monkeypatch.setattr(Z, "search_steps", nothing)
+    monkeypatch.setattr(Z.os, "cpu_count", lambda: 1)   # (searched in this process, where the stand-in is)
+    part = G.partition(_network())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        executor = G.GraphExecutor(part, base_model=SHIPPED_MODEL, records_db=tmp_path / "db.jsonl")
+    said = [str(w.message) for w in caught if "no zero-trial program" in str(w.message)]
+    assert len(said) == len(part.tasks) and "the search found no program" in said[0]
+    assert executor.zero_trial.stats["failed"] == len(part.tasks)
+    assert not any(p.zero_trial for p in executor.programs.values())
+    assert not (tmp_path / "db.jsonl").exists()
+    ok, err = executor.verify()
+    assert ok, err
+
+
+def test_run_and_compile_take_the_records_database_options(tmp_path):
+    from autosched.cli import make_parser
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"")
+    parser = make_parser()
+    for command in ("run", "compile"):
+        assert parser.parse_args([command, str(model)]).records_db == "default"
+        assert parser.parse_args([command, str(model), "--no-records-db"]).records_db is None
+        db = str(tmp_path / "db.jsonl")
+        assert parser.parse_args([command, str(model), "--records-db", db]).records_db == db
