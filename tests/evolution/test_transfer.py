@@ -11,6 +11,7 @@ from autosched import ops
 from evolution import SearchParams, SketchPolicy
 from evolution.transfer import adapt_program, adapt_programs, nearest_factorization
 from ir.steps import SplitStep
+from tests.evolution.programs import check_computes
 
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
 
@@ -31,16 +32,6 @@ def task_of(w):
 
 def sampled(task, n, seed=0):
     return SR.sample_programs(task, SR.generate_sketches(task), n, np.random.default_rng(seed))
-
-
-def check_computes(w, task, state):
-    kernel = ir.build(task.dag, state, layout_rewrite=True)
-    inputs = w.random_inputs(np.random.default_rng(0))
-    args = [kernel.pack(t.name, a) if t.name in kernel.layouts else a for t, a in zip(task.dag.inputs, inputs)]
-    outputs = w.output_buffers()
-    kernel(*args, *outputs)
-    for got, want in zip(outputs, w.reference(inputs)):
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=str(state))
 
 
 @pytest.mark.parametrize("family", sorted(PAIRS))
