@@ -231,8 +231,10 @@ class TaskScheduler:
         """Spend up to ``trials`` measurements, ``measure_batch`` per round, over the tasks
         (``policies[i]`` searches task i). ``early_stopping``: stop once the objective has
         not improved for that many trials. ``time_budget_s``: start no round that would end
-        after this many wall seconds since the call, judged by the rounds so far (their
-        mean duration); the first round always runs, so only it can overrun."""
+        after this many wall seconds since the call, judged by the mean duration of the
+        rounds of its kind so far (first rounds, when ``first_round`` makes them cheap, or
+        the others; of the other kind while none of its own has run); the first round
+        always runs, so only it can overrun."""
         if len(policies) != self.n_tasks:
             raise ValueError(f"{len(policies)} policies for {self.n_tasks} tasks")
         if trials < 0 or measure_batch < 1:
@@ -246,22 +248,24 @@ class TaskScheduler:
                 cb.on_start(self)
         best_value, best_at = self.objective_value(), 0
         try:
-            rounds = 0
+            durations: dict[bool, list[float]] = {True: [], False: []}  # seconds of first rounds, of others
             while self.total_trials < trials:
-                elapsed = time.perf_counter() - self._start
-                if time_budget_s is not None and rounds and elapsed * (rounds + 1) / rounds > time_budget_s:
-                    self.stop_reason = f"the time budget of {time_budget_s:g} s spent"
-                    break
                 i = self.next_task()
                 if i is None:
                     break
+                first = self.rounds[i] == 0 and self.first_round is not None
+                expected = durations[first] or durations[not first]
+                if time_budget_s is not None and expected and \
+                        time.perf_counter() - self._start + sum(expected) / len(expected) > time_budget_s:
+                    self.stop_reason = f"the time budget of {time_budget_s:g} s spent"
+                    break
+                t0 = time.perf_counter()
                 if self.transfer_seeds:
-                    t0 = time.perf_counter()
                     seed_from_family(i, self.tasks[i], self.tags, self.flops, policies, self.transfer_seeds,
                                      TRANSFER_LIMIT, self._offered[i])
                     self.seconds[i]["search"] += time.perf_counter() - t0
                 self.tune_task(i, policies[i], measurer, min(measure_batch, trials - self.total_trials))
-                rounds += 1
+                durations[first].append(time.perf_counter() - t0)
                 value = self.objective_value()
                 if value < best_value:
                     best_value, best_at = value, self.total_trials

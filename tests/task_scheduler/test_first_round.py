@@ -203,3 +203,23 @@ def test_tune_networks_first_round_measures_each_tasks_zero_trial_program_first(
     first_rounds = np.diff([0] + [p["trials"] for p in sched.curve[:n]])
     assert all(2 <= t <= 1 + FIRST_ROUND_BATCH // 2 for t in first_rounds), first_rounds
     assert all(t is not None for t in sched.first_measured)
+
+
+def test_a_time_budget_judges_full_rounds_by_full_rounds_not_by_the_cheap_first_ones(monkeypatch):
+    import task_scheduler.scheduler as scheduler_module
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_module.time, "perf_counter", lambda: clock[0])
+
+    class Clocked(CostMeasurer):  # a first round (4 programs) takes 1 s, a full one (8) 10 s
+        def measure(self, task, states):
+            clock[0] += 1.0 if len(states) <= 4 else 10.0
+            return super().measure(task, states)
+
+    sched = TaskScheduler(fake_tasks(3), flops=[1e6] * 3, tags=[""] * 3, first_round=FirstRound(None, 4),
+                          strategy="round-robin")
+    sched.tune([RecordingPolicy(f"t{i}") for i in range(3)], Clocked(), trials=1000, measure_batch=8,
+               time_budget_s=30)
+    # first rounds end at 1, 2, 3 s, full ones at 13 and 23 s: a third would end at 33 s (by the
+    # mean of all rounds, 4.6 s, it would have been started)
+    assert sum(sched.rounds) == 5 and clock[0] - 100.0 == 23.0
+    assert "time budget of 30 s" in sched.stop_reason
