@@ -1,6 +1,7 @@
 """A task's cheap first round (its zero-trial program and a short search's picks) and tasks
 of one operator family seeding each other's search, driven by the TaskScheduler with a
 fake measurer; ``tune_networks`` end to end with both."""
+import io
 import math
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import pytest
 import ir
 from autosched import ops
 from evolution import RandomModel, SearchParams, SketchPolicy
-from task_scheduler import FirstRound, TaskScheduler, family_seeds, similarity_tag
+from task_scheduler import FirstRound, PrintTableInfo, TaskScheduler, family_seeds, similarity_tag
 
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
 
@@ -70,8 +71,11 @@ def test_first_round_measures_the_zero_trial_program_and_a_short_search():
     tasks = fake_tasks(3)
     policies = [RecordingPolicy(f"t{i}") for i in range(3)]
     measurer = CostMeasurer()
-    sched = TaskScheduler(tasks, flops=[1e6] * 3, tags=[""] * 3, first_round=first, strategy="round-robin")
+    out = io.StringIO()
+    sched = TaskScheduler(tasks, flops=[1e6] * 3, tags=[""] * 3, first_round=first, strategy="round-robin",
+                          callbacks=[PrintTableInfo(file=out, progress=False)])
     sched.tune(policies, measurer, trials=3 * 7 + 3 * 10, measure_batch=10)
+    assert "warm-up pass done" in out.getvalue() and "3 of 3 tasks have a measured program" in out.getvalue()
     for i, p in enumerate(policies):
         assert p.calls[0] == (6, short)                 # the first round: the short search, its batch
         assert all(params is None and n == 10 for n, params in p.calls[1:])   # then full rounds
