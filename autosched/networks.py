@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 import ir
-from evolution import SketchPolicy
+from evolution import SearchParams, SketchPolicy
 from task_scheduler import FirstRound, PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
@@ -24,7 +24,7 @@ from .graph.dynamic import expand_open_models
 from .measure import LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .history.records import RecordToFile
-from .history.zero_trial import ZERO_TRIAL_PARAMS, ZeroTrial
+from .history.zero_trial import ZeroTrial
 from .options import TuneOptions, check_counts
 from .tune import prior_and_model, require_devices, search_workers, tune_tasks
 
@@ -107,13 +107,19 @@ def _make_policy(task, model, search_params, seed, executor=None):
 #: programs a task's first round asks of its short search (the probe rule measures half of
 #: them), besides its zero-trial program
 FIRST_ROUND_BATCH = 8
+#: the first round's search (in this process): the zero-trial search (population 256, 3
+#: generations) has just explored the task under the base model; this one adds a few
+#: programs ranked by the model that has learnt from the tasks measured so far
+FIRST_ROUND_SEARCH = SearchParams(population=64, generations=2, init_min_population=32, islands=1)
+#: first rounds between two trainings of the cost model in the warm-up pass
+FIRST_ROUND_TRAIN_EVERY = 8
 
 
 def cheap_first_round(tasks, options: TuneOptions) -> FirstRound:
     """Every task's first round: its zero-trial program (ranked against its default
     schedule, as an untuned task would run it; with the base model, for CPU tasks) and the
-    best of a search of the zero-trial search's size (``ZERO_TRIAL_PARAMS``, or the
-    options' search parameters where they are smaller), in this process."""
+    best of a short search (``FIRST_ROUND_SEARCH``, or the options' search parameters where
+    they are smaller); the model learns from them every ``FIRST_ROUND_TRAIN_EVERY`` tasks."""
     cost_model = options.cost_model
     zero_trial = None
     if isinstance(cost_model, str) and cost_model.startswith("xgb") and options.base_model is not None \
@@ -121,11 +127,11 @@ def cheap_first_round(tasks, options: TuneOptions) -> FirstRound:
         zero_trial = ZeroTrial.from_spec(options.base_model, options.seed)
     program = None if zero_trial is None else \
         (lambda task: zero_trial.program(task.dag, task.target, candidates=[default_schedule(task.dag, task.target)]))
-    own, short = options.search_params, ZERO_TRIAL_PARAMS
+    own, short = options.search_params, FIRST_ROUND_SEARCH
     params = replace(own, population=min(own.population, short.population),
                      generations=min(own.generations, short.generations),
                      init_min_population=min(own.init_min_population, short.init_min_population), islands=1)
-    return FirstRound(params, FIRST_ROUND_BATCH, program)
+    return FirstRound(params, FIRST_ROUND_BATCH, program, FIRST_ROUND_TRAIN_EVERY)
 
 
 def weights_exceed_cache(parts) -> bool:

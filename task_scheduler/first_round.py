@@ -30,14 +30,18 @@ class FirstRound:
     """How a task's first round searches: ``params`` (None: the policy's own), ``batch``
     programs asked of the search (the probe rule measures at most half of them before any
     measurement of the task), and ``zero_trial`` (a task -> State callable, or None),
-    whose program is measured first."""
+    whose program is measured first. ``train_every``: the cost model learns the first
+    rounds' measurements every that many first rounds (and before any other round), not
+    after each: retraining it costs about as much as a first round's search."""
     params: SearchParams | None = None
     batch: int = 8
     zero_trial: Callable | None = None
+    train_every: int = 1
 
     def __post_init__(self):
-        if self.batch < 1:
-            raise ValueError(f"the first round's batch must be >= 1, got {self.batch}")
+        if self.batch < 1 or self.train_every < 1:
+            raise ValueError(f"the first round's batch and train_every must be >= 1, got {self.batch} and "
+                             f"{self.train_every}")
 
     def next_batch(self, task, policy, n: int) -> list:
         """Up to ``n`` programs of ``task``'s first round from ``policy``: the zero-trial

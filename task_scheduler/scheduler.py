@@ -91,6 +91,8 @@ class TaskScheduler:
         self.first_round = first_round
         self.transfer_seeds = transfer_seeds
         self._offered: list[set] = [set() for _ in range(n)]  # programs of other tasks offered to each
+        self._pending: dict[int, tuple] = {}  # id(model) -> (model, first-round records it has not learnt)
+        self._pending_rounds = 0
         # per task
         self.best_costs = np.full(n, NO_PROGRAM)
         self.histories: list[list[float]] = [[] for _ in range(n)]
@@ -205,12 +207,16 @@ class TaskScheduler:
     # tuning -----------------------------------------------------------------------------
     def tune_task(self, i: int, policy, measurer, n: int) -> int:
         """One round of task i: up to ``n`` new programs measured; returns how many. A task
-        whose policy proposes nothing is retired."""
+        whose policy proposes nothing is retired. The measurements of first rounds train
+        the cost model every ``first_round.train_every`` first rounds, and before any other
+        round (policies with ``remember`` and ``model``; the others train at once)."""
         task = self.tasks[i]
         t0 = time.perf_counter()
-        if self.rounds[i] == 0 and self.first_round is not None:
+        first = self.rounds[i] == 0 and self.first_round is not None
+        if first:
             states = self.first_round.next_batch(task, policy, n)
         else:
+            self.train_pending()
             states = policy.next_batch(n)
         t1 = time.perf_counter()
         self.seconds[i]["search"] += t1 - t0
@@ -222,9 +228,22 @@ class TaskScheduler:
         seconds["measure"] += time.perf_counter() - t1
         seconds["build"] += sum(getattr(r, "build_time", 0.0) for r in results)
         seconds["run"] += sum(getattr(r, "run_time", 0.0) for r in results)
-        policy.update(states, [r.mean_cost if r.ok else None for r in results])
+        costs = [r.mean_cost if r.ok else None for r in results]
+        if first and self.first_round.train_every > 1 and hasattr(policy, "remember") and hasattr(policy, "model"):
+            self._pending.setdefault(id(policy.model), (policy.model, []))[1].extend(policy.remember(states, costs))
+            self._pending_rounds += 1
+            if self._pending_rounds >= self.first_round.train_every:
+                self.train_pending()
+        else:
+            policy.update(states, costs)
         self.record_round(i, measurer.best_cost(task), len(states))
         return len(states)
+
+    def train_pending(self) -> None:
+        """Train the cost models on the first rounds' measurements they have not learnt yet."""
+        pending, self._pending, self._pending_rounds = self._pending, {}, 0
+        for model, records in pending.values():
+            model.update(records)
 
     def tune(self, policies: Sequence, measurer, trials: int, measure_batch: int = 64,
              early_stopping: int | None = None, time_budget_s: float | None = None) -> "TaskScheduler":
@@ -275,6 +294,7 @@ class TaskScheduler:
             else:
                 self.stop_reason = f"{trials} trials spent"
         finally:
+            self.train_pending()
             for cb in self.callbacks:
                 if hasattr(cb, "on_end"):
                     cb.on_end(self)

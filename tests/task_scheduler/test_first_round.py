@@ -119,7 +119,7 @@ def test_a_task_whose_policy_proposes_nothing_is_retired_at_its_first_round():
 
 
 def test_first_round_arguments_are_checked():
-    with pytest.raises(ValueError, match="batch must be >= 1"):
+    with pytest.raises(ValueError, match="batch and train_every must be >= 1"):
         FirstRound(None, 0)
     with pytest.raises(ValueError, match="transfer_seeds must be >= 0"):
         TaskScheduler(fake_tasks(1), flops=[1.0], tags=[""], transfer_seeds=-1)
@@ -227,3 +227,32 @@ def test_a_time_budget_judges_full_rounds_by_full_rounds_not_by_the_cheap_first_
     # mean of all rounds, 4.6 s, it would have been started)
     assert sum(sched.rounds) == 5 and clock[0] - 100.0 == 23.0
     assert "time budget of 30 s" in sched.stop_reason
+
+
+def test_first_rounds_train_the_model_every_few_tasks_and_before_any_full_round():
+    class Model:
+        def __init__(self):
+            self.trainings = []
+
+        def update(self, records):
+            self.trainings.append(sorted({r[0] for r in records}))
+
+    class Learning(RecordingPolicy):
+        def __init__(self, name, model):
+            super().__init__(name)
+            self.model = model
+
+        def remember(self, states, costs):
+            self.measured_keys.update(s.key for s in states)
+            return [(self.name, s, c) for s, c in zip(states, costs)]
+
+        def update(self, states, costs):
+            self.model.update(self.remember(states, costs))
+
+    model = Model()
+    policies = [Learning(f"t{i}", model) for i in range(5)]
+    sched = TaskScheduler(fake_tasks(5), flops=[1e6] * 5, tags=[""] * 5, strategy="round-robin",
+                          first_round=FirstRound(None, 2, train_every=2))
+    sched.tune(policies, CostMeasurer(), trials=5 * 2 + 4, measure_batch=4)
+    # first rounds of t0, t1 | t2, t3 | t4 (before the first full round) | the full round of t0
+    assert model.trainings == [["t0", "t1"], ["t2", "t3"], ["t4"], ["t0"]]
