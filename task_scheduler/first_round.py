@@ -1,7 +1,7 @@
 """The first round of every task, cheap: the warm-up pass visits every task before the
 gradient can allocate anything, and a model of 53 small tasks that paid a full search
-round (population 2048, 4 generations: seconds of evolution) for each of them had 12 of
-them measured after ten minutes (2-core EPYC, 2026-11-24).
+round (population 2048, 4 generations: seconds of evolution) for each of them had most
+of them still unmeasured after ten minutes.
 
 A task's first round measures its zero-trial program (what the task runs untuned: the
 base model's pick, handed in as a callable, since this package does not import
