@@ -38,6 +38,8 @@ PROG = "autosched"
 #: interrupted run (128 + SIGINT)
 SYSTEM_ERROR, USAGE_ERROR, INTERRUPTED = 1, 2, 130
 DEFAULT_TRIALS = 200
+#: the trials of a run given --minutes and no --trials: as many as the minutes allow
+TRIALS_WITHIN_MINUTES = 1_000_000
 
 
 class UsageError(Exception):
@@ -347,8 +349,9 @@ def add_tune(sub) -> None:
     tune = sub.add_parser("tune", help="tune a workload, a network (--network) or an ONNX model (model.onnx)")
     tune.add_argument("workload", nargs="?", type=workload_or_model, default=None,
                       help=f"a suite name such as GMM-1x512x512x512 (see `{PROG} list`), or a .onnx file")
-    tune.add_argument("--trials", type=count("--trials", 0), default=DEFAULT_TRIALS,
-                      help=f"programs to measure in this run (default {DEFAULT_TRIALS})")
+    tune.add_argument("--trials", type=count("--trials", 0), default=None,
+                      help=f"programs to measure in this run (default {DEFAULT_TRIALS}; with --minutes, as many "
+                           "as the minutes allow)")
     tune.add_argument("--batch", type=count("--batch", 1), default=64,
                       help="programs measured per search round (default 64); not the network's batch size, "
                            "which is --batch-size")
@@ -416,6 +419,8 @@ def measurement(address: str | None):
 def cmd_tune(args) -> int:
     """``autosched tune``: a workload, a network or an ONNX model, measured here or on a
     Dask cluster (``--dask``)."""
+    if args.trials is None:
+        args.trials = DEFAULT_TRIALS if args.minutes is None else TRIALS_WITHIN_MINUTES
     check_tune_arguments(args)   # (a mistake is said before any cluster is connected to)
     with measurement(args.dask) as measured_by:
         args.options = tune_options(args, measured_by)

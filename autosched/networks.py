@@ -15,14 +15,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 import ir
-from evolution import SketchPolicy
-from task_scheduler import PrintTableInfo, TaskScheduler
+from evolution import SearchParams, SketchPolicy
+from task_scheduler import FirstRound, PrintTableInfo, TaskScheduler
 
 from .graph import Graph, GraphExecutor, PartitionedGraph, get_network, partition
 from .graph.dynamic import expand_open_models
 from .measure import LocalRunner
 from .measure.jobs import last_level_cache_bytes
 from .history.records import RecordToFile
+from .history.zero_trial import ZeroTrial
 from .options import TuneOptions, check_counts
 from .tune import prior_and_model, require_devices, search_workers, tune_tasks
 
@@ -83,7 +84,7 @@ class _NoPrograms:
     """The policy of a task whose search space could not be built: proposes nothing, so
     the scheduler retires the task at its first round (it runs a default schedule)."""
 
-    def next_batch(self, n):
+    def next_batch(self, n, params=None):
         return []
 
     def remember(self, states, costs):
@@ -102,6 +103,51 @@ def _make_policy(task, model, search_params, seed, executor=None):
         return _NoPrograms()
 
 
+#: programs a task's first round asks of its short search (the probe rule measures half of
+#: them), besides its zero-trial program
+FIRST_ROUND_BATCH = 8
+#: the first round's search (in this process): the zero-trial search (population 256, 3
+#: generations) has just explored the task under the base model; this one adds a few
+#: programs ranked by the model that has learnt from the tasks measured so far
+FIRST_ROUND_SEARCH = SearchParams(population=64, generations=2, init_min_population=32, islands=1)
+#: first rounds between two trainings of the cost model in the warm-up pass
+FIRST_ROUND_TRAIN_EVERY = 8
+
+
+def cheap_first_round(tasks, options: TuneOptions) -> FirstRound:
+    """Every task's first round: its zero-trial program (ranked against its default
+    schedule, as an untuned task would run it; with the base model, for CPU tasks) and the
+    best of a short search (``FIRST_ROUND_SEARCH``, or the options' search parameters where
+    they are smaller); the model learns from them every ``FIRST_ROUND_TRAIN_EVERY`` tasks."""
+    cost_model = options.cost_model
+    zero_trial = None
+    if isinstance(cost_model, str) and cost_model.startswith("xgb") and options.base_model is not None \
+            and all(t.target.backend.base_model for t in tasks):
+        zero_trial = ZeroTrial.from_spec(options.base_model, options.seed, options.records_db)
+    program = None if zero_trial is None else _ZeroTrialPrograms(zero_trial, tasks)
+    own, short = options.search_params, FIRST_ROUND_SEARCH
+    params = replace(own, population=min(own.population, short.population),
+                     generations=min(own.generations, short.generations),
+                     init_min_population=min(own.init_min_population, short.init_min_population), islands=1)
+    return FirstRound(params, FIRST_ROUND_BATCH, program, FIRST_ROUND_TRAIN_EVERY)
+
+
+class _ZeroTrialPrograms:
+    """task -> its zero-trial program: those of all the tasks made at the first call, at
+    once (over the cores; remembered in, or replayed from, the records database), so
+    that the warm-up pass waits for one parallel search, not one search per task."""
+
+    def __init__(self, zero_trial: ZeroTrial, tasks):
+        self.zero_trial, self.tasks, self.found = zero_trial, list(tasks), None
+
+    def __call__(self, task) -> ir.State:
+        if self.found is None:
+            self.found = self.zero_trial.programs(self.tasks)
+        if task.workload_key not in self.found:
+            raise ValueError(self.zero_trial.failures.get(task.workload_key, "the search found no program"))
+        return self.found[task.workload_key]
+
+
 def weights_exceed_cache(parts) -> bool:
     """Whether the constants (weights) of the partitioned networks ``parts`` together exceed
     this CPU's last-level cache: then a run of them finds every kernel's weights out of the
@@ -115,7 +161,7 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
                   backward_window: int = 3, eps_greedy: float = 0.05, layout_rewrite: bool = True, batch: int = 1,
                   fold_batch_norm: bool = True, include_simple_tasks: bool = False, winograd: bool = True,
                   callbacks=None, target=None, hardware: ir.HardwareParams | None = None, input_shapes=None,
-                  **tuning) -> NetworkTuneResult:
+                  first_round: bool = True, transfer_seeds: int = 2, **tuning) -> NetworkTuneResult:
     """Tune the subgraph tasks of ``networks`` (a zoo name, a ``graph.Graph``, a
     ``PartitionedGraph``, a ``graph.DynamicModel`` (a model with open axes), or a list of
     them) for ``target`` (an ``ir.Target`` or its
@@ -140,6 +186,12 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
     ``fold_batch_norm``, ``winograd``: as ``graph.partition``'s, for networks not partitioned yet.
     ``input_shapes``: the shapes to tune each ``DynamicModel`` for (a dict {input: shape} or a list
     of them; each set of shapes is one network of the result).
+    ``first_round``: every task's first round is cheap (``cheap_first_round``: its zero-trial
+    program and the best of a short search), so that the warm-up pass over a model of many
+    tasks takes a minute or two, not the budget; False: a full round like the others.
+    ``transfer_seeds``: the best that many measured programs of each task seed the search of
+    the other tasks of its operator family, adapted to their shapes (0: none; see
+    ``task_scheduler.TaskScheduler``).
 
     The default ``runner`` times programs as they run in the model: on a CPU, with their
     weights evicted from the caches when the networks' weights exceed the last-level cache
@@ -183,7 +235,9 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
                               strategy=strategy, alpha=alpha, beta=beta, backward_window=backward_window,
                               eps_greedy=eps_greedy, early_stopping_per_task=early_stopping_per_task,
                               seed=options.seed, callbacks=cbs, latency_requirements=latency_requirements,
-                              reference_latencies=reference_latencies, patience=patience)
+                              reference_latencies=reference_latencies, patience=patience,
+                              first_round=cheap_first_round(tasks, options) if first_round else None,
+                              transfer_seeds=transfer_seeds)
     try:
         measurer = tune_tasks(scheduler, policies, model, options, trials, log=log, db=db, prior=prior)
     finally:

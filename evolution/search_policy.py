@@ -103,7 +103,9 @@ class SketchPolicy:
     ``remember(states, costs)`` takes in programs measured before (a resumed log) and
     leaves the training to the caller, who trains once for many tasks.
     ``executor`` (a ``concurrent.futures.Executor`` of processes): evolve in
-    ``params.islands`` islands there (see ``evolution.islands``)."""
+    ``params.islands`` islands there (see ``evolution.islands``). ``add_initial(states)``:
+    programs from elsewhere (another task's, adapted by ``evolution.transfer``) that join
+    the initial population of every round until measured."""
 
     def __init__(self, task: ir.SearchTask, cost_model, params: SearchParams | None = None, seed: int = 0,
                  sketches=None, custom_rules=None, executor=None):
@@ -118,6 +120,7 @@ class SketchPolicy:
         self.evolution = Evolution(task, cost_model, self.params, self.sketches, self.rng)
         self.measured_keys: set[str] = set()
         self.measured: list[tuple[float, int, ir.State]] = []  # (cost, order, state), valid only
+        self.extra_initial: dict[str, ir.State] = {}
         self.last_eps = self.params.eps_greedy
         self.stats: dict = {}
 
@@ -135,6 +138,7 @@ class SketchPolicy:
         records = []
         for state, cost in zip(states, costs):
             self.measured_keys.add(state.key)
+            self.extra_initial.pop(state.key, None)
             if cost is not None and math.isfinite(cost):
                 self.measured.append((cost, len(self.measured), state))
             records.append((self.task, state, cost))
@@ -148,6 +152,15 @@ class SketchPolicy:
 
     def best_measured(self, n: int) -> list[ir.State]:
         return [s for _, _, s in heapq.nsmallest(n, self.measured)]
+
+    def add_initial(self, states) -> int:
+        """Programs of this task's DAG that join the initial population of the coming
+        rounds (until measured); returns how many of them are new."""
+        before = len(self.extra_initial)
+        for state in states:
+            if state.key not in self.measured_keys:
+                self.extra_initial.setdefault(state.key, state)
+        return len(self.extra_initial) - before
 
     # search ------------------------------------------------------------------------------
     def sample_initial(self) -> list[ir.State]:
@@ -186,13 +199,21 @@ class SketchPolicy:
                               "this round evolves in this process", RuntimeWarning, stacklevel=2)
         return self.evolution.run(population, out_size, self.measured_keys)
 
-    def next_batch(self, n: int) -> list[ir.State]:
+    def next_batch(self, n: int, params: SearchParams | None = None) -> list[ir.State]:
         """Up to ``n`` programs never measured: the best predicted after evolution, with an
         epsilon share of fresh random programs (Ansor's PickStatesWithEpsGreedy); random
         programs only while the model cannot rank. A task's first round measures at most
         ``PROBE_BATCH`` (and half of ``n``) when the model ranks before the task has any
         measurement. Candidates whose making raised are left out, counted in
-        ``stats["rejected"]`` and reported in one warning a round."""
+        ``stats["rejected"]`` and reported in one warning a round. ``params``: this round's
+        search parameters instead of the policy's (a short search for a cheap first round)."""
+        if params is not None and params is not self.params:
+            kept = self.params
+            self.params = self.evolution.params = params
+            try:
+                return self.next_batch(n)
+            finally:
+                self.params = self.evolution.params = kept
         rejected = self.evolution.rejected
         before = rejected.counts.copy()
         batch = self._next_batch(n)
@@ -215,7 +236,7 @@ class SketchPolicy:
         for _ in range(max(1, p.retry_on_empty)):
             init = self.sample_initial()
             n_measured = min(len(self.measured), int(p.init_use_measured_ratio * p.population))
-            population = init + self.best_measured(n_measured)
+            population = init + self.best_measured(n_measured) + list(self.extra_initial.values())
             scored = self.evolve_scored(population, CANDIDATES_PER_PICK * n)
             best = [s for _, s in scored]
             eps = self._epsilon(best[:2 * n])  # the uncertainty of the likely picks, as before twins

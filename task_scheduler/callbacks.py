@@ -32,6 +32,13 @@ class PrintTableInfo:
         if warm_done or (self._warm and rounds % every == 0):
             self._warm = True
             print(scheduler.table(), file=self._out(), flush=True)
+            if warm_done:
+                measured = sum(t is not None for t in scheduler.first_measured)
+                at = scheduler.all_measured_at()
+                print(f"[task_scheduler] warm-up pass done at {time.perf_counter() - scheduler._start:.1f} s: "
+                      f"{measured} of {scheduler.n_tasks} tasks have a measured program"
+                      + (f", every alive one since {at:.1f} s" if at is not None else ""),
+                      file=self._out(), flush=True)
         elif self.progress:
             lat = scheduler.network_latencies()
             est = ", ".join(f"{1e3 * v:.3f} ms" if v < 1e9 else "-" for v in lat)

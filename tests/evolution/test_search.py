@@ -12,6 +12,7 @@ import sketch_rules as SR
 from autosched import ops
 from evolution import (Crossover, SearchParams, SketchPolicy, XGBoostModel, mutate_auto_unroll,
                        mutate_compute_location, mutate_parallel, mutate_tile_size, mutate_tile_size_random_walk)
+from tests.evolution.programs import check_computes
 
 MUTATIONS = [mutate_tile_size, mutate_tile_size_random_walk,
              lambda state, rng: mutate_auto_unroll(state, rng, SR.CPU_SPACE.auto_unroll_choices), mutate_parallel,
@@ -35,15 +36,7 @@ POOLS = {name: SR.sample_programs(t, s, 12, np.random.default_rng(3)) for name, 
 
 
 def check_program(name, state):
-    w = WORKLOADS[name]
-    task, _ = SETUPS[name]
-    kernel = ir.build(task.dag, state, layout_rewrite=True)
-    inputs = w.random_inputs(np.random.default_rng(0))
-    args = [kernel.pack(t.name, a) if t.name in kernel.layouts else a for t, a in zip(task.dag.inputs, inputs)]
-    outputs = w.output_buffers()
-    kernel(*args, *outputs)
-    for got, want in zip(outputs, w.reference(inputs)):
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=str(state))
+    check_computes(WORKLOADS[name], SETUPS[name][0], state)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
