@@ -36,6 +36,15 @@ def factorizations(extent: int, n: int, max_innermost: int) -> tuple[tuple[int, 
 
 
 @functools.lru_cache(maxsize=4096)
+def vector_factorizations(extent: int, n: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """``factorizations`` without those of innermost length 1 where there are others: the
+    innermost tile of a stage's last axis is the loop that gets vectorised, and a vector
+    of one lane is scalar code (a squeeze-excitation multiply ran so)."""
+    schemes = factorizations(extent, n, max_innermost)
+    return tuple(s for s in schemes if s[-1] > 1) or schemes
+
+
+@functools.lru_cache(maxsize=4096)
 def divisors(n: int) -> tuple[int, ...]:
     """All divisors of ``n``, ascending."""
     small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
@@ -53,8 +62,9 @@ class InitRule:
 
 class FillTileSize(InitRule):
     """Choose every unchosen split's lengths uniformly among the exact factorisations of
-    the loop's extent (innermost length at most ``max_innermost_split_factor``); splits
-    that follow them take their lengths from them on replay."""
+    the loop's extent (innermost length at most ``max_innermost_split_factor``; more than
+    1 for the stage's last axis, whose innermost tile is vectorised, where the extent
+    allows); splits that follow them take their lengths from them on replay."""
     name = "fill_tile_size"
 
     def apply(self, ctx, state, rng):
@@ -62,8 +72,10 @@ class FillTileSize(InitRule):
         current = ir.State.initial(state.dag)
         for step in state.steps:
             if isinstance(step, SplitStep) and any(x is None for x in step.lengths):
-                extent = current.stages[step.stage_id].iters[step.iter_id].extent
-                schemes = factorizations(extent, len(step.lengths), limit)
+                st = current.stages[step.stage_id]
+                it = st.iters[step.iter_id]
+                vectorised = it.kind == "space" and bool(st.axes) and it.name == st.axes[-1].name
+                schemes = (vector_factorizations if vectorised else factorizations)(it.extent, len(step.lengths), limit)
                 step = replace(step, lengths=schemes[int(rng.integers(len(schemes)))])
             current = current.apply(step)
         return current
@@ -147,17 +159,29 @@ def _reading_loop_vars(state: ir.State, stage_id: int, target: int) -> set[int]:
     return out
 
 
+#: a root stage with up to this many times ``HardwareParams.min_parallel_work`` iterations
+#: is parallel or serial at random (half each), so that the search and its cost model
+#: choose; below it runs serial, above it parallel
+PARALLEL_OPTIONAL_FACTOR = 4
+
+
 class Parallel(InitRule):
     """Fuse the outermost space loops of each root stage until there are more than
     cores x 16 iterations, a loop with stages computed inside it, or an annotated or
     reduce loop; mark the fused loop parallel. If the first loop already holds stages,
-    recurse into them (Ansor's InitParallel)."""
+    recurse into them (Ansor's InitParallel). Unlike Ansor, a stage with little work
+    (``HardwareParams.min_parallel_work``) stays serial: waking the threads would cost
+    more than it saves; a mid-sized one is parallel or not at random."""
     name = "parallel"
 
     def apply(self, ctx, state, rng):
+        least = ctx.hardware.min_parallel_work
         for stage_id in range(len(state.stages)):
             st = state.stages[stage_id]
             if st.is_placeholder or st.compute_at != "root":
+                continue
+            work = A.stage_work(state, stage_id)
+            if work < least or (work < least * PARALLEL_OPTIONAL_FACTOR and rng.integers(2)):
                 continue
             state = self._annotate(ctx, state, stage_id, 0)
         return state
