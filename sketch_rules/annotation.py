@@ -4,6 +4,7 @@ the generator the caller passes (seeded from the task's seed)."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -230,7 +231,8 @@ class Vectorize(InitRule):
     """Fuse the innermost space loops while their product stays within
     ``max_vectorize_size`` (not across an attach point, an annotated or reduce loop, and
     only one loop in a tiled stage, whose inner two loops are not contiguous together);
-    vectorise a random number of them, from one to all."""
+    vectorise a random number of them, from one to all, never a vector of one lane where
+    more loops would give a longer one."""
     name = "vectorize"
 
     def apply(self, ctx, state, rng):
@@ -255,8 +257,10 @@ class Vectorize(InitRule):
                 n += 1
             if n == 0:
                 continue
-            if n > 1:
-                n = 1 + int(rng.integers(n))
+            if n > 1:   # how many: any, except those of one lane (scalar code) where more are possible
+                lanes = [k for k in range(1, n + 1)
+                         if math.prod(it.extent for it in st.iters[len(st.iters) - k:]) > 1] or list(range(1, n + 1))
+                n = lanes[int(rng.integers(len(lanes)))]
             positions = list(range(len(st.iters) - n, len(st.iters)))
             if n > 1:
                 state = state.fuse(stage_id, positions)

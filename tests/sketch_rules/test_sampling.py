@@ -147,3 +147,19 @@ def test_the_vectorised_tile_is_longer_than_one_lane_where_the_extent_allows():
     assert SR.annotation.vector_factorizations(1, 3, 64) == ((1, 1, 1),)
     assert all(s[-1] > 1 for s in SR.annotation.vector_factorizations(24, 3, 64))
     assert set(SR.annotation.vector_factorizations(24, 3, 64)) == {s for s in SR.factorizations(24, 3, 64) if s[-1] > 1}
+
+
+def test_an_elementwise_stage_never_vectorises_one_lane_where_longer_loops_exist():
+    """A stage whose innermost loop has extent 1 vectorises it fused with the loops outside
+    (two or all three here), never alone; and computes what numpy does."""
+    x = ir.placeholder((4, 8, 1), name="x")
+    dag = ir.ComputeDAG([x, ops.relu(x, name="y")])
+    task = ir.SearchTask(dag, hardware=ir.HardwareParams(num_cores=2, vector_lanes=16))
+    states = SR.sample_programs(task, SR.generate_sketches(task), 12, np.random.default_rng(2))
+    extents = {it.extent for s in states for st in s.stages for it in st.iters if it.annotation == "vectorize"}
+    assert extents == {8, 32}
+    data = np.random.default_rng(0).standard_normal((4, 8, 1)).astype(np.float32)
+    for state in states[:3]:
+        out = np.empty_like(data)
+        ir.build(dag, state)(data, out)
+        np.testing.assert_array_equal(out, np.maximum(data, 0))
