@@ -32,7 +32,8 @@ class HardwareParams:
     #: loop iterations (of a stage, with the stages computed inside it) below which a CPU
     #: program runs the stage on one thread: waking the threads of a parallel region (a few
     #: microseconds) costs more than sharing so little work saves (``sketch_rules``' Parallel
-    #: init rule and default schedules; docs/networks.md says how it was measured)
+    #: init rule and default schedules; the default schedules' earlier constant, not yet
+    #: swept per kernel family)
     min_parallel_work: int = 1 << 16
     # GPU (cuda target)
     max_threads_per_block: int = 0
