@@ -30,6 +30,12 @@ class HardwareParams:
     #: Ansor uses 16; our code generator emits a longer vector loop as unrolled 16-lane chunks,
     #: which is how a register tile wider than one vector gets vectorised
     max_vectorize_size: int = 64
+    #: loop iterations (of a stage, with the stages computed inside it) below which a CPU
+    #: program runs the stage on one thread: waking the threads of a parallel region (a few
+    #: microseconds) costs more than sharing so little work saves (``sketch_rules``' Parallel
+    #: init rule and default schedules; the default schedules' earlier constant, not yet
+    #: swept per kernel family)
+    min_parallel_work: int = 1 << 16
     # GPU (cuda target)
     max_threads_per_block: int = 0
     max_shared_memory_per_block: int = 0

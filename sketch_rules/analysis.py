@@ -114,6 +114,22 @@ def needs_rfactor(state: ir.State, stage_id: int, num_cores: int) -> bool:
     return reduce > 1 and reduce > num_cores
 
 
+def stage_work(state: ir.State, stage_id: int) -> int:
+    """Loop iterations of a stage and of the stages computed inside its loops (each
+    counted as often as the loops around its attach point run): the work a parallel
+    region around the stage would share."""
+    iters = state.stages[stage_id].iters
+    work = 1
+    for it in iters:
+        work *= it.extent
+    for child in state.attached_to(stage_id):
+        outer = 1
+        for it in iters[:state.stages[child].attach[1] + 1]:
+            outer *= it.extent
+        work += outer * stage_work(state, child)
+    return work
+
+
 def is_tiled(state: ir.State, stage_id: int) -> bool:
     """Multi-level tiled by a sketch rule (its iterators carry split names)."""
     return any(t.kind == "split" for t in state.stages[stage_id].transforms)

@@ -4,6 +4,7 @@ the generator the caller passes (seeded from the task's seed)."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -147,17 +148,29 @@ def _reading_loop_vars(state: ir.State, stage_id: int, target: int) -> set[int]:
     return out
 
 
+#: a root stage with up to this many times ``HardwareParams.min_parallel_work`` iterations
+#: is parallel or serial at random (half each), so that the search and its cost model
+#: choose; below it runs serial, above it parallel
+PARALLEL_OPTIONAL_FACTOR = 4
+
+
 class Parallel(InitRule):
     """Fuse the outermost space loops of each root stage until there are more than
     cores x 16 iterations, a loop with stages computed inside it, or an annotated or
     reduce loop; mark the fused loop parallel. If the first loop already holds stages,
-    recurse into them (Ansor's InitParallel)."""
+    recurse into them (Ansor's InitParallel). Unlike Ansor, a stage with little work
+    (``HardwareParams.min_parallel_work``) stays serial: waking the threads would cost
+    more than it saves; a mid-sized one is parallel or not at random."""
     name = "parallel"
 
     def apply(self, ctx, state, rng):
+        least = ctx.hardware.min_parallel_work
         for stage_id in range(len(state.stages)):
             st = state.stages[stage_id]
             if st.is_placeholder or st.compute_at != "root":
+                continue
+            work = A.stage_work(state, stage_id)
+            if work < least or (work < least * PARALLEL_OPTIONAL_FACTOR and rng.integers(2)):
                 continue
             state = self._annotate(ctx, state, stage_id, 0)
         return state
@@ -206,7 +219,8 @@ class Vectorize(InitRule):
     """Fuse the innermost space loops while their product stays within
     ``max_vectorize_size`` (not across an attach point, an annotated or reduce loop, and
     only one loop in a tiled stage, whose inner two loops are not contiguous together);
-    vectorise a random number of them, from one to all."""
+    vectorise a random number of them, from one to all, never a vector of one lane where
+    more loops would give a longer one."""
     name = "vectorize"
 
     def apply(self, ctx, state, rng):
@@ -231,8 +245,10 @@ class Vectorize(InitRule):
                 n += 1
             if n == 0:
                 continue
-            if n > 1:
-                n = 1 + int(rng.integers(n))
+            if n > 1:   # how many: any, except those of one lane (scalar code) where more are possible
+                lanes = [k for k in range(1, n + 1)
+                         if math.prod(it.extent for it in st.iters[len(st.iters) - k:]) > 1] or list(range(1, n + 1))
+                n = lanes[int(rng.integers(len(lanes)))]
             positions = list(range(len(st.iters) - n, len(st.iters)))
             if n > 1:
                 state = state.fuse(stage_id, positions)

@@ -8,8 +8,6 @@ from . import analysis as A
 from .gpu_annotation import bind_simple
 
 
-#: loop iterations below which the default schedule stays on one thread
-_MIN_PARALLEL_WORK = 1 << 16
 #: parallel iterations enough to share among the threads: a loop nest that cannot vectorise
 #: fuses only that many outer loops and keeps the rest serial inside, since a fused loop
 #: pays a division per iteration to recover the indices it fused
@@ -36,9 +34,10 @@ def _enough_parallel(space_iters) -> list[str]:
     return names
 
 
-def _annotate_stage(state: ir.State, sid: int) -> ir.State:
-    """Parallel outer loops and a vectorised innermost space loop (moved inside the
-    reduction loops, so that each vector lane accumulates its own output)."""
+def _annotate_stage(state: ir.State, sid: int, min_parallel_work: int) -> ir.State:
+    """Parallel outer loops (with at least ``min_parallel_work`` iterations in all) and a
+    vectorised innermost space loop (moved inside the reduction loops, so that each vector
+    lane accumulates its own output)."""
     st = state.stages[sid]
     spaces = [it.name for it in st.iters if it.kind == "space"]
     reduces = [it.name for it in st.iters if it.kind == "reduce"]
@@ -59,10 +58,7 @@ def _annotate_stage(state: ir.State, sid: int) -> ir.State:
     if len(outer) > 1:
         state = state.fuse(sid, outer)
         outer = ["@".join(outer) + "@"]
-    work = 1
-    for it in state.stages[sid].iters:
-        work *= it.extent
-    if outer and work >= _MIN_PARALLEL_WORK:   # a parallel region costs a wake-up of the threads
+    if outer and A.stage_work(state, sid) >= min_parallel_work:   # a parallel region wakes the threads
         state = state.parallel(sid, outer[0])
     if inner is not None:
         state = state.vectorize(sid, inner)
@@ -94,10 +90,12 @@ def _each_root_stage(state: ir.State, schedule) -> ir.State:
 
 def cpu_default_schedule(dag: ir.ComputeDAG, hardware=None) -> ir.State:
     """The CPU program an untuned workload runs: cheap elementwise stages inlined, each
-    remaining stage's outer space loops fused and parallel and its innermost space loop
-    vectorised when its extent allows; a stage where that does not apply keeps its naive
-    loops."""
-    return _each_root_stage(_inlined(dag), _annotate_stage)
+    remaining stage's outer space loops fused and parallel (when it has the work for
+    threads: ``HardwareParams.min_parallel_work``, default this CPU's) and its innermost
+    space loop vectorised when its extent allows; a stage where that does not apply keeps
+    its naive loops."""
+    least = (hardware or ir.HardwareParams.host()).min_parallel_work
+    return _each_root_stage(_inlined(dag), lambda state, sid: _annotate_stage(state, sid, least))
 
 
 def gpu_default_schedule(dag: ir.ComputeDAG, hardware) -> ir.State:

@@ -4,6 +4,7 @@ import pytest
 
 import ir
 import sketch_rules as SR
+from sketch_rules import analysis as A
 from autosched import ops
 
 WORKLOADS = {
@@ -47,7 +48,9 @@ def test_programs_sampled_from_every_sketch_match_numpy(name):
 
 def test_sampled_programs_are_annotated():
     w = WORKLOADS["matmul"]()
-    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=ir.HardwareParams(num_cores=2, vector_lanes=16))
+    # (every stage with work for the threads: this matmul alone has too little by default)
+    hardware = ir.HardwareParams(num_cores=2, vector_lanes=16, min_parallel_work=0)
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=hardware)
     states = SR.sample_programs(task, SR.generate_sketches(task), 30, np.random.default_rng(0))
     assert len(states) == 30 and len({str(s) for s in states}) == 30
     annotations = {it.annotation for s in states for st in s.stages for it in st.iters}
@@ -94,3 +97,55 @@ def test_padding_is_computed_at_root_inside_the_convolution_or_inlined():
     for state in list(one_of_each) + states[:12]:
         for got, want in zip(run_program(w, task, state, inputs), expected):
             np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=str(state))
+
+
+def _sampled_matmuls(min_parallel_work: int, n: int = 40) -> list[tuple[int, bool, ir.State]]:
+    """``n`` programs sampled for the 24x40x32 matmul (its root stage: 24·40 copies with
+    24·40·32 multiply-adds inside, and a packed copy in some sketches), each with its root
+    stage's work and whether it has a parallel loop."""
+    w = WORKLOADS["matmul"]()
+    hardware = ir.HardwareParams(num_cores=2, vector_lanes=16, min_parallel_work=min_parallel_work)
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=hardware)
+    out = []
+    for s in SR.sample_programs(task, SR.generate_sketches(task), n, np.random.default_rng(3)):
+        (root,) = [i for i, st in enumerate(s.stages) if not st.is_placeholder and st.compute_at == "root"]
+        out.append((A.stage_work(s, root), any(it.annotation == "parallel" for st in s.stages for it in st.iters), s))
+    return out
+
+
+def test_stages_with_little_work_stay_serial_and_mid_sized_ones_are_a_choice():
+    """A parallel region wakes the threads (microseconds): a stage with fewer iterations
+    than ``min_parallel_work`` runs on one thread, one with up to PARALLEL_OPTIONAL_FACTOR
+    times as many either way (the search chooses), a larger one in parallel."""
+    assert not any(parallel for _, parallel, _ in _sampled_matmuls(10 ** 6))
+    assert all(parallel for _, parallel, _ in _sampled_matmuls(1))
+    least = 33000
+    sampled = _sampled_matmuls(least)
+    assert all(not parallel for work, parallel, _ in sampled if work < least)
+    assert all(parallel for work, parallel, _ in sampled if work >= least * SR.annotation.PARALLEL_OPTIONAL_FACTOR)
+    assert {parallel for work, parallel, _ in sampled if work >= least} == {True, False}
+    assert min(work for work, _, _ in sampled) == 24 * 40 * 32   # (the stage fused into its output's tiles)
+    w = WORKLOADS["matmul"]()
+    inputs = w.random_inputs(np.random.default_rng(0))
+    expected = w.reference(inputs)
+    task = ir.SearchTask(sampled[0][2].dag)
+    some = [s for _, p, s in sampled if p][:4] + [s for _, p, s in sampled if not p][:4]
+    for state in some:   # serial and parallel ones alike compute the matmul
+        for got, want in zip(run_program(w, task, state, inputs), expected):
+            np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=str(state))
+
+
+def test_an_elementwise_stage_never_vectorises_one_lane_where_longer_loops_exist():
+    """A stage whose innermost loop has extent 1 vectorises it fused with the loops outside
+    (two or all three here), never alone; and computes what numpy does."""
+    x = ir.placeholder((4, 8, 1), name="x")
+    dag = ir.ComputeDAG([x, ops.relu(x, name="y")])
+    task = ir.SearchTask(dag, hardware=ir.HardwareParams(num_cores=2, vector_lanes=16))
+    states = SR.sample_programs(task, SR.generate_sketches(task), 12, np.random.default_rng(2))
+    extents = {it.extent for s in states for st in s.stages for it in st.iters if it.annotation == "vectorize"}
+    assert extents == {8, 32}
+    data = np.random.default_rng(0).standard_normal((4, 8, 1)).astype(np.float32)
+    for state in states[:3]:
+        out = np.empty_like(data)
+        ir.build(dag, state)(data, out)
+        np.testing.assert_array_equal(out, np.maximum(data, 0))
