@@ -60,12 +60,18 @@ def test_every_training_workload_is_rebuilt_from_its_key_alone():
     assert B.rebuild_workload("0" * 32) is None
 
 
-def test_the_training_workloads_are_disjoint_from_the_benchmarks():
+def _training_records():
+    """bench/training_records.py, imported."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     try:
         import training_records
     finally:
         sys.path.pop(0)
+    return training_records
+
+
+def test_the_training_workloads_are_disjoint_from_the_benchmarks():
+    training_records = _training_records()
     evaluated = training_records.evaluated_keys()
     assert len(evaluated) > 40                      # the suite and ResNet-50's tasks
     for label, w in B.training_workloads().items():
@@ -74,11 +80,7 @@ def test_the_training_workloads_are_disjoint_from_the_benchmarks():
 
 
 def test_a_training_workload_at_a_coverage_models_shape_is_refused_whatever_its_epilogue():
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        import training_records
-    finally:
-        sys.path.pop(0)
+    training_records = _training_records()
     shapes = training_records.coverage_shapes()
     models = {where.split(":")[0] for where in shapes.values()}
     assert models == set(training_records.COVERAGE_MODELS)
