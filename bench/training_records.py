@@ -9,11 +9,14 @@ The base model that ships inside the package must rank programs of workloads it 
 seen, so it is trained on records of *other* shapes than those the benchmarks evaluate:
 no shape of the operator suite (``autosched list``: every workload of bench/tune_ops.py
 and bench/vs_metaschedule.py), no task of the zoo's ResNet-50 (the zero-trial network
-benchmark), and no anchor shape (the shapes of the first reduction: a dense layer's rows and
-widths, a convolution's map, channels, stride and kernel, whatever its epilogue)
-of the tasks of the coverage models in ``COVERAGE_MODELS`` (bench/model_coverage.py,
-exported with random weights; their shapes are cached in ``COVERAGE_SHAPES``, which
-``--refresh-coverage`` rewrites). ``autosched.history.base_model.training_workloads`` is
+benchmark), and no operator workload (``base_model.TRAINING_OPERATORS``: the
+model-family ones among them) at an anchor shape (the shapes of a task's first reduction:
+a dense layer's rows and widths, a convolution's map, channels, stride and kernel,
+whatever its epilogue) of a task of the coverage models in ``COVERAGE_MODELS``
+(bench/model_coverage.py, exported with random weights; their shapes are cached in
+``COVERAGE_SHAPES``, which ``--refresh-coverage`` rewrites). The suite-style workloads
+predate that check, and one of them, DEP-1x112x112x16-k3s1p1, is MobileNet-V3-Large's
+first depthwise layer. ``autosched.history.base_model.training_workloads`` is
 that list; ``check_disjoint`` enforces it. The logs of the shipped model are ``bench/data/training_records.tar.gz``.
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
@@ -92,12 +95,15 @@ def coverage_shapes(refresh: bool = False) -> dict[str, str]:
 
 
 def clashes(workloads: dict, refresh_coverage: bool = False) -> dict[str, str]:
-    """Training workload -> what a benchmark evaluates at its shape, for every clash."""
+    """Training workload -> what a benchmark evaluates at its shape, for every clash: any
+    workload at a key of the suite or of ResNet-50's tasks; any but a suite-style one also
+    at an anchor shape of a coverage model's task."""
     evaluated, coverage = evaluated_keys(), coverage_shapes(refresh_coverage)
     out = {}
     for name, w in workloads.items():
         dag = ir.ComputeDAG(w.tensors)
-        found = evaluated.get(dag.workload_key()) or coverage.get(anchor_shape(dag))
+        found = evaluated.get(dag.workload_key()) or (name not in base_model.TRAINING_SUITE_STYLE
+                                                      and coverage.get(anchor_shape(dag)))
         if found:
             out[name] = found
     return out
