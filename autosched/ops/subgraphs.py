@@ -167,12 +167,13 @@ def apply_epilogue(y, stages: list[str], weight_constant: bool = True) -> tuple[
     channels = (y.shape[-1],)
     for i, stage in enumerate(stages):
         if stage in ("bias", "add", "scale"):
-            v = ir.placeholder(channels, y.dtype, name=f"{stage}_{i}", constant=weight_constant)
+            # (named apart from the stages: a placeholder and the output of one name clash)
+            v = ir.placeholder(channels, y.dtype, name=f"{stage}_input_{i}", constant=weight_constant)
             inputs.append(v)
             y = {"bias": lambda: bias_add(y, v, name=f"bias_add_{i}"), "add": lambda: add(y, v, name=f"add_{i}"),
                  "scale": lambda: multiply(y, v, name=f"multiply_{i}")}[stage]()
         elif stage == "residual":
-            r = ir.placeholder(y.shape, y.dtype, name=f"residual_{i}")
+            r = ir.placeholder(y.shape, y.dtype, name=f"residual_input_{i}")
             inputs.append(r)
             y = add(y, r, name=f"add_{i}")
         elif stage == "relu":

@@ -437,3 +437,13 @@ def test_a_chain_refuses_an_unknown_epilogue_stage_or_gate():
         ops.workload("se_gate", 2, 2, 2, 4, gate="tanh")
     with pytest.raises(ValueError, match="conv2d_chain: groups=3 must divide CI=4 and CO=6"):
         ops.workload("conv2d_chain", 1, 4, 4, 4, 6, 1, groups=3)
+
+
+@pytest.mark.parametrize("epilogue", ["add", "bias", "scale", "residual", "add-gelu", "bias-silu"])
+def test_a_chain_names_its_tensors_apart(epilogue):
+    """A runner passes arrays by tensor name: an input named as the output would be overwritten."""
+    for w in (ops.workload("dense_chain", 2, 4, 3, epilogue=epilogue),
+              ops.workload("conv2d_chain", 1, 3, 3, 2, 2, 1, epilogue=epilogue),
+              ops.workload("depthwise_chain", 1, 3, 3, 2, 3, padding=1, epilogue=epilogue)):
+        names = [t.name for t in w.tensors]
+        assert len(set(names)) == len(names), names
