@@ -2,6 +2,10 @@
 features are extracted, and what share of a search round they cost.
 
     python bench/cost_model.py [--smoke] [--json-only] [--conv N] [--gmm N] [--transfer N]
+    python bench/cost_model.py --families [--logs DIR] [--folds 3] [--base-model FILE]
+
+``--families``: the base model's held-out accuracy per operator family, from the training
+logs (bench/cost_model_families.py), instead of the experiments below.
 
 Data set: random programs (``sketch_rules.sample_programs``) of ResNet-50's 3x3 conv layer
 (C2D-1x14x14x256x256-k3s1p1) and of GMM (512³), measured by ``autosched.measure`` (built
@@ -26,10 +30,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import cost_model_families  # noqa: E402
 
 import ir  # noqa: E402
 import sketch_rules  # noqa: E402
 from autosched import ops  # noqa: E402
+from autosched.history import base_model as B  # noqa: E402
 from evolution import FeatureExtractor, extract_features  # noqa: E402
 from evolution.cost_model import (MeasuredProgram, RandomModel, XGBoostEnsemble, XGBoostModel,  # noqa: E402
                                   normalized_throughputs, pairwise_accuracy, r2, recall_at_k, rmse)
@@ -190,6 +196,32 @@ def one_round(task, model, measurer, smoke: bool = False) -> dict:
             "measurement": measure_s, "retraining": sec["retraining"]}
 
 
+def family_table(args) -> None:
+    """Print (and emit as JSON) the held-out accuracy per operator family of the base model
+    given and of one retrained on the logs."""
+    if args.folds < 2:
+        raise SystemExit(f"--folds must be at least 2, got {args.folds}")
+    log = (lambda *a: None) if args.json_only else (lambda *a: print(*a, flush=True))
+    rows = cost_model_families.held_out_accuracy(args.logs, args.base_model, args.folds,
+                                                 rounds=20 if args.smoke else B.MAX_ROUNDS, log=log)
+    k = cost_model_families.TOP_K
+    table = common.Table(["family", "workloads", "pairwise: shipped", "retrained", f"recall@{k}: shipped",
+                          "retrained", "top pick / best: shipped", "retrained"], "{:.3f}")
+    out = []
+    for fam, m in cost_model_families.by_family(rows).items():
+        table.add(fam, m["workloads"], m["shipped_pairwise"], m["retrained_pairwise"], m["shipped_recall"],
+                  m["retrained_recall"], m["shipped_top1"], m["retrained_top1"])
+        out.append(common.json_row(fam, model="held-out per family", **m))
+    for r in rows:
+        out.append(common.json_row(r["workload"], model="held-out workload", family=r["family"],
+                                   programs=r["programs"],
+                                   **{f"{model}_{metric}": v for model in ("shipped", "retrained")
+                                      for metric, v in r[model].items()}))
+    if not args.json_only:
+        table.print()
+    common.emit_json("cost_model_families", out)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, parents=[common.bench_args()],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -197,7 +229,16 @@ def main(argv=None) -> None:
     parser.add_argument("--gmm", type=int, default=1000, help=f"programs of {GMM} (default 1000)")
     parser.add_argument("--transfer", type=int, default=400, help=f"programs of {CONV28} (default 400)")
     parser.add_argument("--batch", type=int, default=2048, help="programs in the extraction batch (default 2048)")
+    parser.add_argument("--families", action="store_true",
+                        help="the base model's held-out accuracy per operator family, from the training logs")
+    parser.add_argument("--logs", default=cost_model_families.LOGS,
+                        help="--families: the folder of the new training logs (default bench/.cache/training)")
+    parser.add_argument("--folds", type=int, default=3, help="--families: folds of the held-out workloads")
+    parser.add_argument("--base-model", default="default", help="--families: the model to compare (default: shipped)")
     args = parser.parse_args(argv)
+    if args.families:
+        family_table(args)
+        return
     log = (lambda *a: None) if args.json_only else (lambda *a: print(*a, flush=True))
     if args.smoke:
         names = {"C2D-1x8x8x16x16-k3s1p1": 24, "GMM-1x64x64x64": 24}

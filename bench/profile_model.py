@@ -25,7 +25,8 @@ the rest of the kernels run default schedules. Printed, all from one run:
   anchor in every engine that fuses it;
 - end to end, timed in turns (ours, onnxruntime 2 threads, OpenVINO 2 threads f32), and the
   executor's overhead (end to end against the sum of its kernels);
-- optionally (``--probe-tasks``) the tasks that lose most, each searched with a few dozen
+- optionally (``--probe-tasks``) the tasks that lose most (the slowest of the losing
+  families, then of the others), each searched with a few dozen
   measured trials: a much faster measured program means the base model picked badly; none
   means the search space (or the default schedule) is what loses.
 
@@ -592,7 +593,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cprofile-tasks", type=int, default=3,
                         help="zero-trial searches profiled with cProfile (the slowest ones)")
     parser.add_argument("--probe-tasks", type=int, default=0,
-                        help="the slowest kernels of the losing families searched with measured trials")
+                        help="the slowest kernels of the losing families (then of the others) searched with "
+                             "measured trials")
     parser.add_argument("--probe-trials", type=int, default=32)
     parser.add_argument("--programs", default=None,
                         help="a JSON file of the zero-trial programs (and the search's times): read if it exists "
@@ -730,13 +732,14 @@ def main(argv=None) -> int:
     if args.probe_tasks:
         losing = {r["family"] for r in fam_rows if r["lost_ms"] > 0}
         seen, order = set(), []
-        for r in sorted(ours_rows, key=lambda r: -r["ms"]):
-            if r["task"] and r["family"] in losing and r["workload_key"] not in seen:
+        # the slowest tasks of the losing families first, then (when none loses) the others
+        for r in sorted(ours_rows, key=lambda r: (r["family"] not in losing, -r["ms"])):
+            if r["task"] and r["workload_key"] not in seen:
                 seen.add(r["workload_key"])
                 order.append(r)
         by_key = {w.workload_key: w for w in part.tasks}
         say(f"\n# probing: {args.probe_trials} measured trials of each of the {args.probe_tasks} slowest tasks "
-            "of the losing families")
+            "of the losing families (then of the others)")
         for r in order[:args.probe_tasks]:
             p = probe_task(part, by_key[r["workload_key"]], executor, kernels, args.probe_trials, args.seed)
             p["family"] = r["family"]

@@ -8,19 +8,30 @@
 The base model that ships inside the package must rank programs of workloads it has never
 seen, so it is trained on records of *other* shapes than those the benchmarks evaluate:
 no shape of the operator suite (``autosched list``: every workload of bench/tune_ops.py
-and bench/vs_metaschedule.py) and no task of the zoo's ResNet-50 (the zero-trial network
-benchmark). ``autosched.history.base_model.training_workloads`` is that list; ``check_disjoint``
-enforces it. The logs of the shipped model are ``bench/data/training_records.tar.gz``.
+and bench/vs_metaschedule.py), no task of the zoo's ResNet-50 (the zero-trial network
+benchmark), and no operator workload (``base_model.TRAINING_OPERATORS``: the
+model-family ones among them) at an anchor shape (the shapes of a task's first reduction:
+a dense layer's rows and widths, a convolution's map, channels, stride and kernel,
+whatever its epilogue) of a task of the coverage models in ``COVERAGE_MODELS``
+(bench/model_coverage.py, exported with random weights; their shapes are cached in
+``COVERAGE_SHAPES``, which ``--refresh-coverage`` rewrites). The suite-style workloads
+predate that check, and one of them, DEP-1x112x112x16-k3s1p1, is MobileNet-V3-Large's
+first depthwise layer. ``autosched.history.base_model.training_workloads`` is
+that list; ``check_disjoint`` enforces it. The logs of the shipped model are ``bench/data/training_records.tar.gz``.
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
 Workloads in ``base_model.COLD_WEIGHT_TRAINING`` are timed as a network's tasks are, with
-their weights evicted before each call.
+their weights evicted before each call; those in ``base_model.NETWORK_TASK_TRAINING`` (a
+network's fused tasks) are also tuned with the layout rewrite of their weights, as
+``tune_networks`` tunes them.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,10 +58,59 @@ def evaluated_keys() -> dict[str, str]:
     return keys
 
 
-def check_disjoint(workloads: dict) -> None:
-    evaluated = evaluated_keys()
-    clash = {name: evaluated[key] for name, w in workloads.items()
-             if (key := ir.ComputeDAG(w.tensors).workload_key()) in evaluated}
+#: the models of bench/model_coverage.py whose operator families the training workloads
+#: are drawn from, never at their shapes
+COVERAGE_MODELS = ("mobilenet_v3_large", "efficientnet_b0", "convnext_tiny", "distilbert", "resnet50")
+COVERAGE_SHAPES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "coverage_task_shapes.json")
+
+
+def anchor_shape(dag: ir.ComputeDAG) -> str:
+    """The shapes that name a task's operator: of the inputs, the output and the reduction of
+    its first reduction (the anchor: a dense layer, a convolution, a norm), else of its last
+    stage; the same whatever the epilogue or the placeholders' names."""
+    computes = [op for op in dag.ops if not isinstance(op, ir.PlaceholderOp)]
+    op = next((op for op in computes if op.reduce_axis), computes[-1])
+    inputs = sorted(list(t.shape) for t in op.input_tensors)
+    return f"{inputs}->{list(op.shape)}/{[int(ax.extent) for ax in op.reduce_axis]}"
+
+
+def coverage_shapes(refresh: bool = False) -> dict[str, str]:
+    """Anchor shape -> "model: task" of every task of the ``COVERAGE_MODELS``: from the cache
+    file, or (``refresh``, or no cache) by exporting and partitioning the models (minutes)."""
+    if not refresh and os.path.exists(COVERAGE_SHAPES):
+        with open(COVERAGE_SHAPES) as f:
+            return json.load(f)
+    import model_coverage
+    shapes = {}
+    with tempfile.TemporaryDirectory(prefix="coverage_shapes_") as tmp:
+        for name in COVERAGE_MODELS:
+            part = autosched.graph.partition(autosched.graph.from_onnx(model_coverage.model_file(name, "torchscript",
+                                                                                                 tmp)))
+            for task in part.tasks:
+                shapes.setdefault(anchor_shape(task.dag), f"{name}: {task.desc}")
+    with open(COVERAGE_SHAPES, "w") as f:
+        json.dump(dict(sorted(shapes.items())), f, indent=0)
+        f.write("\n")
+    return shapes
+
+
+def clashes(workloads: dict, refresh_coverage: bool = False) -> dict[str, str]:
+    """Training workload -> what a benchmark evaluates at its shape, for every clash: any
+    workload at a key of the suite or of ResNet-50's tasks; any but a suite-style one also
+    at an anchor shape of a coverage model's task."""
+    evaluated, coverage = evaluated_keys(), coverage_shapes(refresh_coverage)
+    out = {}
+    for name, w in workloads.items():
+        dag = ir.ComputeDAG(w.tensors)
+        found = evaluated.get(dag.workload_key()) or (name not in base_model.TRAINING_SUITE_STYLE
+                                                      and coverage.get(anchor_shape(dag)))
+        if found:
+            out[name] = found
+    return out
+
+
+def check_disjoint(workloads: dict, refresh_coverage: bool = False) -> None:
+    clash = clashes(workloads, refresh_coverage)
     if clash:
         raise SystemExit(f"training workloads that a benchmark evaluates: {clash}")
 
@@ -65,13 +125,15 @@ def main(argv=None) -> None:
                                                           ".cache", "training"))
     parser.add_argument("--list", action="store_true", help="print the training workloads and exit")
     parser.add_argument("--workloads", nargs="*", default=None, help="a subset, by label")
+    parser.add_argument("--refresh-coverage", action="store_true",
+                        help="export the coverage models again to rewrite the cache of their task shapes")
     args = parser.parse_args(argv)
     workloads = training_workloads()
     if args.list:
         for name in workloads:
             print(name)
         return
-    check_disjoint(workloads)
+    check_disjoint(workloads, args.refresh_coverage)
     if args.smoke:
         args.trials, args.batch, args.workloads = 4, 4, ["NRM-1x128x512"]
     names = args.workloads or list(workloads)
@@ -80,7 +142,8 @@ def main(argv=None) -> None:
     rows = []
     for name in names:
         t0 = time.perf_counter()
-        task = ir.SearchTask(ir.ComputeDAG(workloads[name].tensors), desc=name)
+        task = ir.SearchTask(ir.ComputeDAG(workloads[name].tensors), desc=name,
+                             layout_rewrite=name in base_model.NETWORK_TASK_TRAINING)
         runner = LocalRunner(cold_constants=True) if name in base_model.COLD_WEIGHT_TRAINING else None
         result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
                                          log_file=os.path.join(args.log_dir, f"{name}.json"), verbose=1,

@@ -49,6 +49,52 @@ TRAINING_SUITE_STYLE = (
     "CBR-1x28x28x64x96-k3s1p1", "CBR-1x14x14x128x256-k3s2p1",
     "TBS-1x64x8x64", "TBS-1x128x4x32",
 )
+#: the operator families of real models (the fused tasks that partitioning the models of
+#: bench/model_coverage.py makes), at shapes none of those models has (48/24/12/6-pixel
+#: maps, 100/160-token sequences, 640/1280/2560 widths; ``bench/training_records.py``
+#: checks it): tuned as a network's tasks are (``NETWORK_TASK_TRAINING``); the shipped
+#: model learnt those whose logs are in bench/data/training_records.tar.gz
+MODEL_FAMILY_OPERATORS = {
+    "dense_chain-1x100x640x2560-add-gelu": ("dense_chain", ((1, 100), 640, 2560), {"epilogue": "add-gelu"}),
+    "dense_chain-1x100x2560x640-add-residual": ("dense_chain", ((1, 100), 2560, 640), {"epilogue": "add-residual"}),
+    "dense_chain-1x160x640x640-add": ("dense_chain", ((1, 160), 640, 640), {"epilogue": "add"}),
+    "dense_chain-1x48x48x96x384-add-gelu": ("dense_chain", ((1, 48, 48), 96, 384), {"epilogue": "add-gelu"}),
+    "dense_chain-1x24x24x768x192-add-scale-residual":
+        ("dense_chain", ((1, 24, 24), 768, 192), {"epilogue": "add-scale-residual"}),
+    "dense_chain-1x6x6x640x2560-add-gelu": ("dense_chain", ((1, 6, 6), 640, 2560), {"epilogue": "add-gelu"}),
+    "dense_chain-1x1152x1000-bias": ("dense_chain", (1, 1152, 1000), {"epilogue": "bias"}),
+    "dense_chain-1x576x1280-bias-hard_swish": ("dense_chain", (1, 576, 1280), {"epilogue": "bias-hard_swish"}),
+    # MobileNet-V3 / EfficientNet blocks: 1x1 expansions and projections, depthwise 3x3 and
+    # 5x5 (ConvNeXt's 7x7), squeeze-excitation's small convolutions and gates; grouped 3x3
+    "conv2d_chain-1x48x48x24x96-k1-bias-relu": ("conv2d_chain", (1, 48, 48, 24, 96, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x24x24x40x240-k1-bias-hard_swish":
+        ("conv2d_chain", (1, 24, 24, 40, 240, 1), {"epilogue": "bias-hard_swish"}),
+    "conv2d_chain-1x12x12x320x96-k1-bias-residual":
+        ("conv2d_chain", (1, 12, 12, 320, 96, 1), {"epilogue": "bias-residual"}),
+    "conv2d_chain-1x6x6x160x960-k1-bias-hard_swish":
+        ("conv2d_chain", (1, 6, 6, 160, 960, 1), {"epilogue": "bias-hard_swish"}),
+    "conv2d_chain-1x24x24x48x192-k1-bias-silu": ("conv2d_chain", (1, 24, 24, 48, 192, 1), {"epilogue": "bias-silu"}),
+    "conv2d_chain-1x1x1x240x64-k1-bias-relu": ("conv2d_chain", (1, 1, 1, 240, 64, 1), {"epilogue": "bias-relu"}),
+    "depthwise_chain-1x48x48x32-k3s1-bias-relu":
+        ("depthwise_chain", (1, 48, 48, 32, 3, 1, 1), {"epilogue": "bias-relu"}),
+    "depthwise_chain-1x24x24x240-k3s2-bias-hard_swish":
+        ("depthwise_chain", (1, 24, 24, 240, 3, 2, 1), {"epilogue": "bias-hard_swish"}),
+    "depthwise_chain-1x12x12x480-k5s1-bias-hard_swish":
+        ("depthwise_chain", (1, 12, 12, 480, 5, 1, 2), {"epilogue": "bias-hard_swish"}),
+    "depthwise_chain-1x24x24x96-k5s2-bias-silu":
+        ("depthwise_chain", (1, 24, 24, 96, 5, 2, 2), {"epilogue": "bias-silu"}),
+    "depthwise_chain-1x24x24x192-k7s1-bias": ("depthwise_chain", (1, 24, 24, 192, 7, 1, 3), {"epilogue": "bias"}),
+    "se_gate-24x24x40x160-hard_sigmoid": ("se_gate", (24, 24, 40, 160), {"gate": "hard_sigmoid"}),
+    "se_gate-12x12x36x576-sigmoid": ("se_gate", (12, 12, 36, 576), {"gate": "sigmoid"}),
+    "conv2d_chain-1x12x12x256x256-k3g16-bias-relu":
+        ("conv2d_chain", (1, 12, 12, 256, 256, 3, 1, 1, 16), {"epilogue": "bias-relu"}),
+    "global_avg_pool2d-1x24x24x240": ("global_avg_pool2d", (1, 24, 24, 240), {}),
+    "layer_norm-1x24x24x192": ("layer_norm", ((1, 24, 24, 192),), {}),
+    "layer_norm-1x100x640": ("layer_norm", ((1, 100, 640),), {}),
+    "batch_matmul-12x100x100x64-tb": ("batch_matmul", (12, 100, 100, 64), {"transpose_b": True}),
+    "batch_matmul-12x100x64x100": ("batch_matmul", (12, 100, 64, 100), {}),
+}
+
 #: operator workloads by label: (operator, args, kwargs)
 TRAINING_OPERATORS = {
     "dense-64x768x3072-bias": ("dense", (64, 768, 3072), {"bias": True}),
@@ -67,17 +113,24 @@ TRAINING_OPERATORS = {
     "conv_residual-1x56x56x48x192-k1": ("conv_residual", (1, 56, 56, 48, 192, 1), {}),
     "conv_residual-1x28x28x96x384-k1": ("conv_residual", (1, 28, 28, 96, 384, 1), {}),
     "conv_residual-1x14x14x192x768-k1": ("conv_residual", (1, 14, 14, 192, 768, 1), {}),
+    **MODEL_FAMILY_OPERATORS,
 }
 
+#: training workloads that are a network's fused tasks (``ops.subgraphs``' chains and gates):
+#: tuned as ``tune_networks`` tunes a model's tasks, with the layout rewrite of their weights
+NETWORK_TASK_TRAINING = frozenset(label for label, (op, _, _) in TRAINING_OPERATORS.items()
+                                  if op in ("dense_chain", "conv2d_chain", "depthwise_chain", "se_gate"))
 #: training workloads timed as a network's tasks are (``LocalRunner(cold_constants=True)``:
 #: weights evicted before each call, as a network whose weights exceed the last-level
 #: cache runs them), so that the model also learns which programs stream weights well:
 #: the zero-trial programs of such networks run so
-COLD_WEIGHT_TRAINING = frozenset(label for label in TRAINING_OPERATORS if label.startswith("conv_residual"))
+COLD_WEIGHT_TRAINING = frozenset(label for label in TRAINING_OPERATORS
+                                 if label.startswith("conv_residual")) | NETWORK_TASK_TRAINING
 
 
 def training_workloads() -> dict[str, ops.Workload]:
-    """Label -> workload of every training workload of the shipped model."""
+    """Label -> workload of every training workload (the shipped model learnt those whose
+    logs are in bench/data/training_records.tar.gz)."""
     out = {name: ops.suite_workload(name) for name in TRAINING_SUITE_STYLE}
     for label, (op, args, kwargs) in TRAINING_OPERATORS.items():
         out[label] = ops.workload(op, *args, label=label, **kwargs)
@@ -158,6 +211,14 @@ def hardware_from_record(fields) -> ir.HardwareParams | None:
 MAX_DEPTH, MAX_ROUNDS = 6, 200
 
 
+def rank_model(seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
+               verbose: bool = False) -> XGBoostModel:
+    """An untrained model of the base model's kind: the rank objective, at most ``rounds``
+    trees of depth ``max_depth``, trained at its first update."""
+    return XGBoostModel(objective="rank", seed=seed, num_warmup_sample=1, params={"max_depth": max_depth},
+                        max_rounds=rounds, verbose=verbose)
+
+
 def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
              verbose: bool = False) -> tuple[XGBoostModel, dict]:
     """A rank model trained on tuning ``records`` (``autosched.TuningRecord``s, e.g. the
@@ -175,8 +236,7 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
     if not any(cost is not None for _, _, cost in programs):
         raise ValueError(f"no usable record among {len(records)} record(s): "
                          f"{skipped or 'none is a valid measurement'}")
-    model = XGBoostModel(objective="rank", seed=seed, num_warmup_sample=1, params={"max_depth": max_depth},
-                         max_rounds=rounds, verbose=verbose)
+    model = rank_model(seed, rounds, max_depth, verbose)
     model.update(programs)
     info = {"records": len(records), "programs": len(programs),
             "workloads": len({task.workload_key for task, _, _ in programs}), "skipped": skipped}

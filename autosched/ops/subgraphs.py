@@ -1,5 +1,8 @@
 """The paper's subgraph benchmarks: ConvLayer (conv + bias + batch norm + ReLU) and TBS;
-and the residual block's tail that ResNets fuse (conv + bias + shortcut + ReLU).
+the residual block's tail that ResNets fuse (conv + bias + shortcut + ReLU); and the fused
+tasks that partitioning real models makes (an anchor with its epilogue: ``dense_chain``,
+``conv2d_chain``, ``depthwise_chain``, ``se_gate``), stage for stage as the ONNX importer
+builds them, so that the base model can be trained on their families.
 
 They exist to test fusion: the elementwise tail of ConvLayer must be inlined into or
 computed at the convolution, and TBS's transposes into the batch matmul, which softmax
@@ -11,13 +14,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import ir
 
 from . import reference as ref
 from .common import as_tuple, check_dims, numel, out_size, parse_layout
-from .conv import conv
-from .elementwise import add, channelwise, relu
-from .linalg import batch_matmul
+from .conv import conv, depthwise_conv2d
+from .elementwise import (add, bias_add, channelwise, erf, hard_sigmoid, hard_swish, multiply, relu, scalar_op,
+                          sigmoid)
+from .linalg import batch_matmul, dense
 from .nn import softmax
 from .registry import operator
 from .transform import transpose
@@ -130,3 +136,165 @@ def transpose_batch_matmul_workload(batch, seq_len, n_head, n_dim, softmax=True,
     q = ir.placeholder((batch, seq_len, n_head, n_dim), dtype, name="query")
     k = ir.placeholder((batch, seq_len, n_head, n_dim), dtype, name="key")
     return [q, k, transpose_batch_matmul(q, k, softmax)]
+
+
+# a network's fused tasks: an anchor and its epilogue -----------------------------------------
+
+#: the stages of an epilogue (``"bias-gelu"``: a bias, then GELU), each as the ONNX importer
+#: builds it: bias (a per-channel constant, Conv's and Gemm's bias), add (MatMul's bias: a
+#: broadcast Add of a constant), relu, hard_swish, silu (x · sigmoid(x)), gelu (the erf
+#: form, exported as x / √2, erf, + 1, · x, · 0.5), scale (a per-channel constant multiply:
+#: ConvNeXt's layer scale), residual (add a tensor of the output's shape)
+EPILOGUE_STAGES = ("bias", "add", "relu", "hard_swish", "silu", "gelu", "scale", "residual")
+#: flops per output element of each stage
+_STAGE_FLOPS = {"bias": 1, "add": 1, "relu": 1, "hard_swish": 5, "silu": 5, "gelu": 5, "scale": 1, "residual": 1}
+
+
+def epilogue_stages(epilogue: str, what: str) -> list[str]:
+    """The stages of ``epilogue`` ('-'-joined names of ``EPILOGUE_STAGES``; "" for none)."""
+    stages = [s for s in epilogue.split("-") if s]
+    unknown = [s for s in stages if s not in EPILOGUE_STAGES]
+    if unknown:
+        raise ValueError(f"{what}: unknown epilogue stage(s) {unknown} in {epilogue!r}; expected '-'-joined names "
+                         f"of {', '.join(EPILOGUE_STAGES)}")
+    return stages
+
+
+def apply_epilogue(y, stages: list[str], weight_constant: bool = True) -> tuple[list, object]:
+    """(its new input placeholders, the output) of ``y`` followed by ``stages`` along its
+    last (channel) axis."""
+    inputs = []
+    channels = (y.shape[-1],)
+    for i, stage in enumerate(stages):
+        if stage in ("bias", "add", "scale"):
+            # (named apart from the stages: a placeholder and the output of one name clash)
+            v = ir.placeholder(channels, y.dtype, name=f"{stage}_input_{i}", constant=weight_constant)
+            inputs.append(v)
+            y = {"bias": lambda: bias_add(y, v, name=f"bias_add_{i}"), "add": lambda: add(y, v, name=f"add_{i}"),
+                 "scale": lambda: multiply(y, v, name=f"multiply_{i}")}[stage]()
+        elif stage == "residual":
+            r = ir.placeholder(y.shape, y.dtype, name=f"residual_input_{i}")
+            inputs.append(r)
+            y = add(y, r, name=f"add_{i}")
+        elif stage == "relu":
+            y = relu(y, name=f"relu_{i}")
+        elif stage == "hard_swish":
+            y = hard_swish(y, name=f"hard_swish_{i}")
+        elif stage == "silu":
+            y = multiply(y, sigmoid(y, name=f"sigmoid_{i}"), name=f"multiply_{i}")
+        else:   # gelu
+            t = scalar_op(y, "/", math.sqrt(2.0), name=f"scalar_{i}")
+            t = scalar_op(erf(t, name=f"erf_{i}"), "+", 1.0, name=f"scalar_{i}_1")
+            y = scalar_op(multiply(y, t, name=f"multiply_{i}"), "*", 0.5, name=f"scalar_{i}_2")
+    return inputs, y
+
+
+def epilogue_reference(y, stages: list[str], extra: list):
+    """numpy: ``y`` (float64) followed by ``stages``, taking their inputs from ``extra`` in order."""
+    extra = iter(extra)
+    for stage in stages:
+        if stage in ("bias", "add", "residual"):
+            y = y + next(extra)
+        elif stage == "scale":
+            y = y * next(extra)
+        elif stage == "relu":
+            y = ref.relu(y)
+        elif stage == "hard_swish":
+            y = y * ref.hard_sigmoid(y, 1.0 / 6.0, 0.5)
+        elif stage == "silu":
+            y = y * ref.sigmoid(y)
+        else:
+            y = ref.gelu(y)
+    return y
+
+
+def _epilogue_flops(ts, p) -> int:
+    return numel(ts[-1].shape) * sum(_STAGE_FLOPS[s] for s in epilogue_stages(p.epilogue, "flops"))
+
+
+@operator("dense_chain", flops=lambda ts, p: 2 * numel(ts[-1].shape) * p.in_features + _epilogue_flops(ts, p),
+          reference=lambda ins, p: [epilogue_reference(ref.dense(ins[0], ins[1]), epilogue_stages(p.epilogue, ""),
+                                                       ins[2:])])
+def dense_chain_workload(rows, in_features, out_features, epilogue="bias", weight_constant=True, dtype="float32"):
+    """A network's dense task: x (*rows, in) · W (out, in)ᵀ, then ``epilogue`` (e.g. "add-gelu":
+    a transformer's MLP; rows (1, 56, 56): ConvNeXt's pointwise MLP on a 56x56 map)."""
+    rows = (rows,) if isinstance(rows, int) else tuple(rows)
+    check_dims("dense_chain", in_features=in_features, out_features=out_features,
+               **{f"rows[{i}]": r for i, r in enumerate(rows)})
+    stages = epilogue_stages(epilogue, "dense_chain")
+    x = ir.placeholder((*rows, in_features), dtype, name="x")
+    w = ir.placeholder((out_features, in_features), dtype, name="weight", constant=weight_constant)
+    extra, out = apply_epilogue(dense(x, w), stages, weight_constant)
+    return [x, w, *extra, out]
+
+
+def _conv_chain_reference(ins, p):
+    out = ref.conv(ins[0], ins[1], as_tuple(p.stride, 2, "stride"), as_tuple(p.padding, 2, "padding", 0), (1, 1),
+                   p.groups, True)
+    return [epilogue_reference(out, epilogue_stages(p.epilogue, ""), ins[2:])]
+
+
+@operator("conv2d_chain", reference=_conv_chain_reference,
+          flops=lambda ts, p: 2 * numel(ts[-1].shape) * (p.CI // p.groups) * math.prod(as_tuple(p.kernel, 2, "k"))
+          + _epilogue_flops(ts, p))
+def conv2d_chain_workload(N, H, W, CI, CO, kernel, stride=1, padding=0, groups=1, epilogue="bias",
+                          weight_constant=True, dtype="float32"):
+    """A network's convolution task (NHWC): conv2d, then ``epilogue`` (e.g. "bias-hard_swish")."""
+    check_dims("conv2d_chain", N=N, H=H, W=W, CI=CI, CO=CO)
+    kernel = as_tuple(kernel, 2, "conv2d_chain: kernel")
+    stages = epilogue_stages(epilogue, "conv2d_chain")
+    if CI % groups or CO % groups:
+        raise ValueError(f"conv2d_chain: groups={groups} must divide CI={CI} and CO={CO}")
+    data = ir.placeholder((N, H, W, CI), dtype, name="data")
+    weight = ir.placeholder((*kernel, CI // groups, CO), dtype, name="weight", constant=weight_constant)
+    extra, out = apply_epilogue(conv(data, weight, stride, padding, 1, groups, "NHWC"), stages, weight_constant)
+    return [data, weight, *extra, out]
+
+
+def _depthwise_chain_reference(ins, p):
+    out = ref.depthwise_conv(ins[0], ins[1], as_tuple(p.stride, 2, "stride"), as_tuple(p.padding, 2, "padding", 0),
+                             (1, 1), True)
+    return [epilogue_reference(out, epilogue_stages(p.epilogue, ""), ins[2:])]
+
+
+@operator("depthwise_chain", reference=_depthwise_chain_reference,
+          flops=lambda ts, p: 2 * numel(ts[-1].shape) * math.prod(as_tuple(p.kernel, 2, "k")) + _epilogue_flops(ts, p))
+def depthwise_chain_workload(N, H, W, C, kernel, stride=1, padding=0, epilogue="bias", weight_constant=True,
+                             dtype="float32"):
+    """A network's depthwise convolution task (NHWC, multiplier 1), then ``epilogue``."""
+    check_dims("depthwise_chain", N=N, H=H, W=W, C=C)
+    kernel = as_tuple(kernel, 2, "depthwise_chain: kernel")
+    stages = epilogue_stages(epilogue, "depthwise_chain")
+    data = ir.placeholder((N, H, W, C), dtype, name="data")
+    weight = ir.placeholder((*kernel, C, 1), dtype, name="weight", constant=weight_constant)
+    extra, out = apply_epilogue(depthwise_conv2d(data, weight, stride, padding, 1, "NHWC"), stages, weight_constant)
+    return [data, weight, *extra, out]
+
+
+#: squeeze-excitation gates: the function, its numpy reference
+_GATES = {"hard_sigmoid": (lambda t: hard_sigmoid(t, 1.0 / 6.0, 0.5), lambda v: ref.hard_sigmoid(v, 1.0 / 6.0, 0.5)),
+          "sigmoid": (sigmoid, ref.sigmoid)}
+
+
+def _se_gate_reference(ins, p):
+    squeezed, weight, bias, features = ins
+    gate = _GATES[p.gate][1](np.einsum("c,cd->d", squeezed.reshape(-1).astype(np.float64),
+                                       weight.reshape(weight.shape[-2:])) + bias)
+    return [features * gate]
+
+
+@operator("se_gate", reference=_se_gate_reference,
+          flops=lambda ts, p: 2 * p.C_reduced * p.C + 4 * p.C + numel(ts[-1].shape))
+def se_gate_workload(H, W, C_reduced, C, gate="hard_sigmoid", weight_constant=True, dtype="float32"):
+    """Squeeze-excitation's last task: the expanding 1x1 convolution of the squeezed
+    (1, 1, 1, C_reduced) vector, its bias, the ``gate`` ("hard_sigmoid": MobileNet-V3;
+    "sigmoid": EfficientNet), times the (1, H, W, C) feature map."""
+    check_dims("se_gate", H=H, W=W, C_reduced=C_reduced, C=C)
+    if gate not in _GATES:
+        raise ValueError(f"se_gate: unknown gate {gate!r}; expected one of {', '.join(_GATES)}")
+    squeezed = ir.placeholder((1, 1, 1, C_reduced), dtype, name="squeezed")
+    weight = ir.placeholder((1, 1, C_reduced, C), dtype, name="weight", constant=weight_constant)
+    bias = ir.placeholder((C,), dtype, name="bias", constant=weight_constant)
+    features = ir.placeholder((1, H, W, C), dtype, name="features")
+    g = _GATES[gate][0](bias_add(conv(squeezed, weight, 1, 0, 1, 1, "NHWC"), bias))
+    return [squeezed, weight, bias, features, multiply(g, features)]

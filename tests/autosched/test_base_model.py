@@ -60,17 +60,38 @@ def test_every_training_workload_is_rebuilt_from_its_key_alone():
     assert B.rebuild_workload("0" * 32) is None
 
 
-def test_the_training_workloads_are_disjoint_from_the_benchmarks():
+def _training_records():
+    """bench/training_records.py, imported."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     try:
         import training_records
     finally:
         sys.path.pop(0)
+    return training_records
+
+
+def test_the_training_workloads_are_disjoint_from_the_benchmarks():
+    training_records = _training_records()
     evaluated = training_records.evaluated_keys()
     assert len(evaluated) > 40                      # the suite and ResNet-50's tasks
     for label, w in B.training_workloads().items():
         assert ir.ComputeDAG(w.tensors).workload_key() not in evaluated, label
     training_records.check_disjoint(B.training_workloads())
+
+
+def test_a_training_workload_at_a_coverage_models_shape_is_refused_whatever_its_epilogue():
+    training_records = _training_records()
+    shapes = training_records.coverage_shapes()
+    models = {where.split(":")[0] for where in shapes.values()}
+    assert models == set(training_records.COVERAGE_MODELS)
+    # MobileNet-V3's first expansion (1x1, 16 -> 64 channels at 112x112, bias and ReLU),
+    # here with another epilogue; and a 3x3 depthwise layer at its shape but another stride
+    same = autosched.ops.workload("conv2d_chain", 1, 112, 112, 16, 64, 1, epilogue="bias-hard_swish")
+    strided = autosched.ops.workload("depthwise_chain", 1, 112, 112, 16, 3, stride=2, padding=1)
+    found = training_records.clashes({"same": same, "strided": strided})
+    assert list(found) == ["same"] and found["same"].startswith("mobilenet_v3_large: fused_conv_bias_add_relu(")
+    with pytest.raises(SystemExit, match="training workloads that a benchmark evaluates"):
+        training_records.check_disjoint({"same": same})
 
 
 def _extract(tmp_path, names):

@@ -147,6 +147,17 @@ CASES = [
     *both_layouts("conv_residual", "NCHW", "NHWC", 2, 5, 4, 4, 6, 1),
     case("transpose_batch_matmul", 1, 5, 2, 3),
     case("transpose_batch_matmul", 2, 4, 3, 2, softmax=False),
+    # a network's fused tasks, every epilogue stage and gate
+    case("dense_chain", (1, 5), 7, 6, epilogue="add-gelu"),
+    case("dense_chain", (1, 3, 3), 6, 5, epilogue="add-scale-residual"),
+    case("dense_chain", 1, 9, 4, epilogue="bias-hard_swish"),
+    case("dense_chain", 2, 4, 3, epilogue=""),
+    case("conv2d_chain", 1, 6, 6, 4, 8, 1, epilogue="bias-silu"),
+    case("conv2d_chain", 1, 6, 6, 8, 8, 3, stride=2, padding=1, groups=4, epilogue="bias-relu"),
+    case("depthwise_chain", 1, 7, 7, 5, 5, stride=2, padding=2, epilogue="bias-hard_swish"),
+    case("depthwise_chain", 1, 5, 5, 3, 3, padding=1, epilogue="bias-residual"),
+    case("se_gate", 4, 4, 3, 6),
+    case("se_gate", 3, 5, 2, 4, gate="sigmoid"),
 ]
 
 
@@ -440,3 +451,22 @@ def test_a_strided_transposed_convolution_is_summed_phase_major():
     assert stages["conv2d_transpose_nhwc"] == (1, 8, 8, 16)
     odd = ops.workload("conv2d_transpose", 1, 5, 5, 2, 2, 3, stride=2, padding=3)  # 5 outputs: not a multiple
     assert [op.name for op in ir.ComputeDAG(odd.tensors).compute_ops] == ["conv2d_transpose_nhwc"]
+
+
+def test_a_chain_refuses_an_unknown_epilogue_stage_or_gate():
+    with pytest.raises(ValueError, match=r"dense_chain: unknown epilogue stage\(s\) \['swish'\] in 'bias-swish'"):
+        ops.workload("dense_chain", 1, 4, 4, epilogue="bias-swish")
+    with pytest.raises(ValueError, match="se_gate: unknown gate 'tanh'"):
+        ops.workload("se_gate", 2, 2, 2, 4, gate="tanh")
+    with pytest.raises(ValueError, match="conv2d_chain: groups=3 must divide CI=4 and CO=6"):
+        ops.workload("conv2d_chain", 1, 4, 4, 4, 6, 1, groups=3)
+
+
+@pytest.mark.parametrize("epilogue", ["add", "bias", "scale", "residual", "add-gelu", "bias-silu"])
+def test_a_chain_names_its_tensors_apart(epilogue):
+    """A runner passes arrays by tensor name: an input named as the output would be overwritten."""
+    for w in (ops.workload("dense_chain", 2, 4, 3, epilogue=epilogue),
+              ops.workload("conv2d_chain", 1, 3, 3, 2, 2, 1, epilogue=epilogue),
+              ops.workload("depthwise_chain", 1, 3, 3, 2, 3, padding=1, epilogue=epilogue)):
+        names = [t.name for t in w.tensors]
+        assert len(set(names)) == len(names), names
