@@ -13,15 +13,19 @@ limit, so that one failure or hang never stops the bench. Per model one JSON row
 - ``matches_onnxruntime``: the largest error of any output relative to its largest
   magnitude, ours (zero-trial programs) against onnxruntime on the same random inputs;
   ``matches``: whether that is at most ``--tolerance``;
-- ``tasks``, ``import_s`` (import and partition), ``zero_trial_ms`` (one run with the
-  zero-trial programs) and ``onnxruntime_ms`` (2 intra-op threads);
+- ``tasks``, ``import_s`` (import and partition), ``zero_trial_ms`` (the model run
+  with the zero-trial programs) and ``onnxruntime_ms`` (2 intra-op threads);
 - with ``--time``: ``zero_trial_s`` (the time from the partitioned model to kernels ready to
   run, cold: an empty records database; ``zero_trial_search_s`` of it getting the programs,
   the rest compiling them; ``zero_trial_searched`` and ``zero_trial_remembered`` count the
   programs searched and replayed from the database) and the same of a second process with
   that database (``zero_trial_warm_s``, ``zero_trial_warm_search_s``,
   ``zero_trial_warm_remembered``, ``zero_trial_warm_searched``: a warm run replays every
-  program), ``openvino_ms`` (OpenVINO CPU, 2 threads, f32 precision hint) and the ratios.
+  program), ``openvino_ms`` (OpenVINO CPU, 2 threads, f32 precision hint) and the ratios;
+- with ``--tune-minutes M``: the model tuned M minutes (``autosched tune --minutes M``, from the
+  shipped base model, no records database unless ``--records-db``): ``tuned_ms``,
+  ``tuned_vs_onnxruntime``, ``tuned_vs_openvino``, ``tuned_trials``, ``tuned_tasks_measured``,
+  ``tuned_matches_onnxruntime`` (and ``openvino_ms``).
 
 The summary line says ``N/M models import, run and match onnxruntime``; ``--import-only``
 skips running programs; ``--default-schedules`` runs default schedules instead of the
@@ -113,9 +117,11 @@ def _openvino(path: str):
     return lambda *arrays: request.infer(list(arrays))
 
 
-def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial: bool = True) -> None:
+def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial: bool = True,
+            tune_minutes: float | None = None) -> None:
     """Fill in one model's ``row`` (in the child process; an exception leaves what was found).
-    Without ``zero_trial`` the programs are default schedules (the smoke run's seconds)."""
+    Without ``zero_trial`` the programs are default schedules (the smoke run's seconds); with
+    ``tune_minutes`` the model is then tuned that long and its tuned programs timed too."""
     import warnings
     from autosched import graph as G
     from autosched.graph.onnx_baselines import seconds_per_call
@@ -149,10 +155,28 @@ def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial
         row["matches_onnxruntime"] = _relative_error(ours, ort(*inputs))
         row["onnxruntime_ms"] = 1e3 * seconds_per_call(lambda: ort(*inputs), repeat=5, min_repeat_ms=TIMING_MS)
         row["vs_onnxruntime"] = row["onnxruntime_ms"] / ours_ms
-        if timed:
+        if timed or tune_minutes:
             openvino = _openvino(path)
             row["openvino_ms"] = 1e3 * seconds_per_call(lambda: openvino(*inputs), repeat=5, min_repeat_ms=TIMING_MS)
             row["vs_openvino"] = row["openvino_ms"] / ours_ms
+        if tune_minutes:
+            _tune(row, part, inputs, ort(*inputs), tune_minutes, tmp)
+
+
+def _tune(row: dict, part, inputs, want, minutes: float, directory: str) -> None:
+    """Tune ``part`` for ``minutes`` (as ``autosched tune --minutes``: from the shipped base model,
+    with the records database the child was given), then check and time its tuned programs.
+    onnxruntime and OpenVINO ran minutes ago: their idle threads sleep by now."""
+    import autosched
+    log = os.path.join(directory, "tuned.json")
+    t0 = time.perf_counter()
+    result = autosched.tune_networks([part], trials=10**6, time_budget_s=60.0 * minutes, log_file=log)
+    executor = result.executor(0)
+    ours_ms = 1e3 * executor.benchmark(*inputs, repeat=5, min_repeat_ms=TIMING_MS)["median"]
+    row.update(tune_s=time.perf_counter() - t0, tuned_trials=result.trials,
+               tuned_tasks_measured=sum(1 for c in result.best_costs if c < 1e9),
+               tuned_matches_onnxruntime=_relative_error(executor.run(*inputs), want), tuned_ms=ours_ms,
+               tuned_vs_onnxruntime=row["onnxruntime_ms"] / ours_ms, tuned_vs_openvino=row["openvino_ms"] / ours_ms)
 
 
 def _limit_memory(gigabytes: float):
@@ -162,16 +186,18 @@ def _limit_memory(gigabytes: float):
     return apply
 
 
-def run_child(name: str, args, records_db: str | None, import_only: bool) -> dict:
-    """The row of ``name`` from a child process under ``--timeout`` and ``--memory-gb``; a
-    crash, a timeout or a memory-limit hit is a row with the reason."""
+def run_child(name: str, args, records_db: str | None, import_only: bool, tune_minutes: float | None = None) -> dict:
+    """The row of ``name`` from a child process under ``--timeout`` (plus the tuning's minutes)
+    and ``--memory-gb``; a crash, a timeout or a memory-limit hit is a row with the reason."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--exporter", args.exporter]
     cmd += ["--import-only"] if import_only else []
     cmd += ["--time"] if args.time else []
     cmd += ["--default-schedules"] if args.default_schedules else []
+    cmd += ["--tune-minutes", str(tune_minutes)] if tune_minutes else []
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), AUTOSCHED_RECORDS_DB=records_db or "off")
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env,
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 90 * (tune_minutes or 0),
+                              env=env,
                               preexec_fn=_limit_memory(args.memory_gb))
     except subprocess.TimeoutExpired:
         return {"workload": name, "imports": False, "error": f"timed out after {args.timeout} s"}
@@ -188,7 +214,8 @@ def child(args) -> None:
     """Measure one model here and print its row (an error as a row too)."""
     row = {"workload": args.child}
     try:
-        measure(row, args.exporter, args.import_only, args.time, zero_trial=not args.default_schedules)
+        measure(row, args.exporter, args.import_only, args.time, zero_trial=not args.default_schedules,
+                tune_minutes=args.tune_minutes)
     except Exception as err:  # noqa: BLE001 - any failure is the row's finding
         lines = str(err).strip().splitlines()
         row["error"] = (f"{type(err).__name__}: " + " / ".join(ln.strip() for ln in lines[:4]))[:600]
@@ -213,6 +240,9 @@ def main(argv=None) -> int:
     parser.add_argument("--records-db", metavar="PATH",
                         help="one records database for every model's zero-trial programs (models that share "
                              "a workload search it once; default: none; --time always starts each model cold)")
+    parser.add_argument("--tune-minutes", type=float, default=None, metavar="M",
+                        help="then tune each model for M minutes and time its tuned programs too (tuned_ms, "
+                             "tuned_vs_onnxruntime, tuned_vs_openvino)")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest relative error that matches")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
     parser.add_argument("--memory-gb", type=float, default=12.0, help="address-space limit per model")
@@ -228,13 +258,14 @@ def main(argv=None) -> int:
     for name in names:
         with tempfile.TemporaryDirectory(prefix="model_coverage_") as tmp:
             db = os.path.join(tmp, "records.db") if args.time else args.records_db
-            row = run_child(name, args, db, args.import_only)
+            row = run_child(name, args, db, args.import_only, tune_minutes=args.tune_minutes)
             if args.time and not args.default_schedules and row.get("imports") and "error" not in row:
                 warm = run_child(name, args, db, False)
                 for key in ("s", "search_s", "searched", "remembered"):
                     row[f"zero_trial_warm_{key}"] = warm.get(f"zero_trial_{key}")
-        row["matches"] = None if args.import_only else (row.get("matches_onnxruntime") is not None
-                                                         and row["matches_onnxruntime"] <= args.tolerance)
+        row["matches"] = None if args.import_only else all(
+            row.get(key) is not None and row[key] <= args.tolerance
+            for key in ("matches_onnxruntime",) + (("tuned_matches_onnxruntime",) if args.tune_minutes else ()))
         rows.append(row)
         say(json.dumps(row), flush=True)
     good = [r for r in rows if r.get("imports") and (args.import_only or r["matches"])]
@@ -245,6 +276,10 @@ def main(argv=None) -> int:
         mean = _geomean(r.get(key) for r in good)
         if mean:
             say(f"geometric mean of {programs} vs {baseline}: {mean:.2f}x")
+        tuned = _geomean(r.get(f"tuned_{key}") for r in good)
+        if tuned:
+            say(f"geometric mean of programs tuned {args.tune_minutes:g} minutes vs {baseline}: {tuned:.2f}x "
+                f"(lowest {min(r[f'tuned_{key}'] for r in good if r.get(f'tuned_{key}')):.2f}x)")
     common.emit_json("model_coverage", rows)
     return 0 if len(good) == len(rows) else 1
 

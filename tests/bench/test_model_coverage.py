@@ -41,7 +41,7 @@ def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypat
     seconds and counts, the second run's as ``zero_trial_warm_*``."""
     calls = []
 
-    def child(name, args, records_db, import_only):
+    def child(name, args, records_db, import_only, tune_minutes=None):
         calls.append(records_db)
         warm = len(calls) == 2
         return {"workload": name, "imports": True, "matches_onnxruntime": 0.0, "vs_onnxruntime": 1.0,
@@ -55,3 +55,21 @@ def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypat
     assert (row["zero_trial_s"], row["zero_trial_searched"]) == (30.0, 7)
     assert (row["zero_trial_warm_s"], row["zero_trial_warm_search_s"]) == (2.0, 0.5)
     assert (row["zero_trial_warm_remembered"], row["zero_trial_warm_searched"]) == (7, 0)
+
+
+def test_tuning_a_model_times_and_checks_its_tuned_programs(tmp_path):
+    """``--tune-minutes``: the model tuned for the minutes, its tuned programs checked against the
+    reference and timed beside the baselines' times already in the row."""
+    from autosched import graph as G
+    b = G.GraphBuilder("tiny", seed=0)
+    graph = b.graph([b.relu(b.dense(b.input((2, 16)), 8))])
+    part = G.partition(graph)
+    inputs = graph.random_inputs(0)
+    want = G.GraphExecutor(part, warn_untuned=False).run(*inputs)
+    row = {"onnxruntime_ms": 1.0, "openvino_ms": 2.0}
+    model_coverage._tune(row, part, inputs, want, minutes=0.05, directory=str(tmp_path))
+    assert row["tuned_trials"] > 0 and row["tuned_tasks_measured"] == len(part.tasks) == 1
+    assert row["tuned_matches_onnxruntime"] < 1e-5 and row["tuned_ms"] > 0
+    assert row["tuned_vs_onnxruntime"] == pytest.approx(1.0 / row["tuned_ms"])
+    assert row["tuned_vs_openvino"] == pytest.approx(2.0 / row["tuned_ms"])
+    assert (tmp_path / "tuned.json").stat().st_size > 0      # the log of what was measured
