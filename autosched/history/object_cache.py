@@ -127,7 +127,10 @@ class ObjectCache:
         if self._size is not None:
             self._size += len(entry)
         if self._size is None or self._size > self.max_bytes:
-            self._evict()
+            try:
+                self._evict()
+            except OSError:   # (the folder went away meanwhile: nothing to evict)
+                self._size = None
 
     def _evict(self) -> None:
         """Count the folder's entries and delete the least recently used while over the cap
