@@ -117,8 +117,8 @@ class ObjectCache:
                 f.write(entry)
             os.replace(temp, path)
         except OSError as err:
-            if temp is not None and os.path.lexists(temp):
-                os.unlink(temp)
+            if temp is not None:
+                self._remove(temp)
             self.failed = f"{type(err).__name__}: {err}"
             warnings.warn(f"autosched: the compiled-kernel cache {self.folder!r} cannot be written "
                           f"({str(err)[:300]}); kernels are compiled without it", RuntimeWarning, stacklevel=2)
