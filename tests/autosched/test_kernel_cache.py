@@ -83,6 +83,20 @@ def test_a_second_load_compiles_nothing_and_computes_the_same(tmp_path, llvm_com
     assert len(list(folder.glob("*.o"))) == len(first.programs)
 
 
+def test_another_compiler_or_cpu_compiles_again(tmp_path, llvm_compiles, monkeypatch):
+    part = tiny_model()
+    db = tmp_path / "records.jsonl"
+    n = len(executor(part, db).programs)
+    monkeypatch.setattr(ok, "compiler_version", lambda: "an edited compiler")
+    compiled = llvm_compiles[0]
+    edited = executor(part, db)
+    assert edited.object_cache.stats["misses"] == n and llvm_compiles[0] - compiled == n
+    assert executor(part, db).object_cache.stats["hits"] == n   # (its own kernels, stored beside the others)
+    monkeypatch.setattr(runtime, "host_cpu", lambda: ("znver3", "+avx2,+fma"))
+    assert executor(part, db).object_cache.stats["misses"] == n
+    assert len(list((tmp_path / oc.FOLDER_NAME).glob("*.o"))) == 3 * n
+
+
 def test_a_cached_kernel_lowers_again_when_asked(tmp_path):
     part = tiny_model()
     w = part.tasks[0]
