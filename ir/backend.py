@@ -91,9 +91,11 @@ class Backend:
         read), before code generation."""
         raise NotImplementedError
 
-    def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool):
+    def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool, objects=None):
         """``state`` of ``dag`` compiled for ``target``: a callable kernel, or what ``emit``
-        names (see ``emits``)."""
+        names (see ``emits``). ``objects``: a store of compiled object code
+        (``ir.cpu.object_key.ObjectStore``) that a back end compiling to object code loads
+        from instead of compiling, and stores into; others do not consult it."""
         raise NotImplementedError
 
     def compile(self, target, state, name: str, layout_rewrite: bool) -> tuple[bytes, dict]:

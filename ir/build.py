@@ -8,7 +8,7 @@ from .target import Target
 
 
 def build(dag, state=None, name: str = "autosched_kernel", layout_rewrite: bool | None = None,
-          target=None, emit: str = "kernel"):
+          target=None, emit: str = "kernel", objects=None):
     """Lower ``state`` (default: the naive program of ``dag``) and compile it for ``target``
     (an ``ir.Target`` or its spelling; default this CPU: LLVM IR optimised at O3 for the
     host CPU and JIT-compiled into a ``Kernel``).
@@ -20,6 +20,12 @@ def build(dag, state=None, name: str = "autosched_kernel", layout_rewrite: bool 
     With ``layout_rewrite``, constant inputs (``placeholder(..., constant=True)``) are stored
     in the order the program reads them: the kernel then takes the packed array, made once
     with ``kernel.pack(name, array)``, in that argument's place.
+
+    ``objects``: a store of compiled kernels (``get(key)``/``put(key, bytes)``, e.g. the
+    records database's ``autosched.history.object_cache.ObjectCache``): the CPU back end
+    loads the kernel's object code from it when it has it (no lowering, no LLVM) and
+    stores what it compiles, under a key of everything that decides the code
+    (``ir.cpu.object_key``).
 
     With no ``state`` and the host CPU's target, a schedule provider installed by ``build_with`` (e.g. under
     ``autosched.apply_history_best``) may supply the program and its ``layout_rewrite``."""
@@ -38,7 +44,7 @@ def build(dag, state=None, name: str = "autosched_kernel", layout_rewrite: bool 
     if layout_rewrite and not backend.layout_rewrite:
         raise ValueError(f"layout_rewrite=True does not apply to target {str(target)!r}: its kernels take the "
                          "inputs as given")
-    return backend.build(dag, state, name, target, emit, bool(layout_rewrite))
+    return backend.build(dag, state, name, target, emit, bool(layout_rewrite), objects)
 
 
 # Schedule providers (e.g. autosched.apply_history_best): consulted by ``build`` when no

@@ -6,7 +6,9 @@ tuning log); else, for a tuning task, the base cost model's zero-trial program
 (``autosched.history.zero_trial``: the searches of all untuned tasks at once over the cores,
 each program remembered in the records database for the next load) with a loud
 ``UntunedWorkloadWarning``, and a default schedule for the rest (and for every untuned
-task without a base model). Everything a run needs
+task without a base model). Kernels compiled once are loaded from the compiled-kernel
+cache beside the records database the next time (``autosched.history.object_cache``).
+Everything a run needs
 is prepared when the executor is built: constant weights packed for layout-rewritten
 kernels, the tensors' memory planned by liveness (``memory``; reshapes are views), every
 kernel's arguments checked, and the calls laid out for the native driver (``driver``), so
@@ -26,6 +28,7 @@ import numpy as np
 
 import ir
 from sketch_rules import search_space
+from ..history.object_cache import object_cache
 from ..history.records import HistoryBest, UntunedWorkloadWarning
 from ..history.zero_trial import ZeroTrial
 from .graph import Graph
@@ -132,7 +135,9 @@ class GraphExecutor:
     searches run at once over the cores, and each program is remembered in the records
     database ``records_db`` ("default", a path, or None: see
     ``autosched.history.database``), so that the next load replays it (``zero_trial.stats``
-    counts the programs remembered and searched).
+    counts the programs remembered and searched); the kernels' object code is kept in the
+    compiled-kernel cache beside that database (``object_cache``, None without one: see
+    ``autosched.history.object_cache``), so that the next load compiles nothing.
     ``emulate``: run the kernels on this CPU through the target's emulator (the cuda
     target's: slow, for checking programs without a GPU)."""
 
@@ -151,6 +156,8 @@ class GraphExecutor:
         #: seconds it took (searching or replaying them; ``build_seconds`` adds compiling)
         self.zero_trial: ZeroTrial | None = None
         self.zero_trial_seconds = 0.0
+        #: the compiled-kernel cache the kernels are loaded from and stored into (None: off)
+        self.object_cache = object_cache(records_db)
         self.programs, self.untuned = self._build_programs(states, log_file, layout_rewrite, kernel_cache,
                                                            base_model if self.target.backend.base_model else None,
                                                            records_db)
@@ -207,7 +214,8 @@ class GraphExecutor:
             key = (w.workload_key, str(prog.state), prog.layout_rewrite, str(target))
             prog.kernel = kernel_cache.get(key) if kernel_cache is not None else None
             if prog.kernel is None:
-                prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite, target=target)
+                prog.kernel = ir.build(w.dag, prog.state, layout_rewrite=prog.layout_rewrite, target=target,
+                                       objects=self.object_cache)
                 if kernel_cache is not None:
                     kernel_cache[key] = prog.kernel
             programs[w.workload_key] = prog

@@ -11,7 +11,9 @@
 - ``base_model``: the cost model trained on many workloads' records (``autosched pretrain``;
   ``model_check`` checks a model file's trees before XGBoost reads it);
 - ``zero_trial``: the program the base model ranks best, for a task never measured (the
-  searches of many tasks over the cores; remembered in the records database).
+  searches of many tasks over the cores; remembered in the records database);
+- ``object_cache``: the compiled-kernel cache beside the records database (a model's
+  kernels' object code, checked before LLVM loads it, so that the next load compiles nothing).
 
 Measurement hands results to it through callbacks and never imports it. Everything read
 here may come from someone else: bounded, tolerant of unknown fields, never pickled.

@@ -1,14 +1,18 @@
 """The host CPU back end ("llvm -mcpu=NAME"): lowering with layout rewrite, LLVM IR with
 explicit vector code and libgomp threads (``ir.cpu.codegen``), O3 for this CPU's name
-and features, JIT or object code (``ir.cpu.runtime``), timed in native code."""
+and features, JIT or object code (``ir.cpu.runtime``), timed in native code. Given an
+object store (``build(..., objects=)``), a build loads the kernel's object code when the
+store has it under its key (``ir.cpu.object_key``) and stores what it compiles."""
 from __future__ import annotations
 
 from ..backend import Backend
+from ..layout import plan_all
 from ..lower import Lowering, lower
 from ..target import HardwareParams, Target
 from .codegen import generate
 from .driver import NativeDriver
-from .runtime import CompiledModule, Kernel, compile_object, host_cpu, load_kernel, native_timer
+from .object_key import object_key
+from .runtime import CompiledModule, Kernel, ObjectModule, compile_object, host_cpu, load_kernel, native_timer
 
 
 def host_hardware() -> HardwareParams:
@@ -46,12 +50,24 @@ class CPUBackend(Backend):
     def lowering(self, state, hardware, layout_rewrite: bool) -> Lowering:
         return Lowering(state, layout_rewrite)
 
-    def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool) -> Kernel:
+    def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool, objects=None) -> Kernel:
         if emit != "kernel":
             raise ValueError(f"emit={emit!r} is for target 'cuda'; a CPU build returns a Kernel")
+        key = object_key(dag, state, name, layout_rewrite) if objects is not None else None
+        if key is not None:
+            data = objects.get(key)
+            if data is not None:   # no lowering, no LLVM: only the layouts that calling it needs
+                layouts = {p.tensor_name: p for p in plan_all(state).values()} if layout_rewrite else {}
+                return load_kernel(dag, data, name, layouts, state, layout_rewrite)
         lowered = lower(state, name, layout_rewrite)
         text = generate(lowered, name)
-        return Kernel(dag, state, lowered, text, CompiledModule(text, name))
+        if key is None:
+            compiled = CompiledModule(text, name)
+        else:
+            data = compile_object(text)
+            objects.put(key, data)
+            compiled = ObjectModule(data, name)
+        return Kernel(dag, state, compiled, lowered.layouts, lowered, text, layout_rewrite)
 
     def compile(self, target, state, name: str, layout_rewrite: bool) -> tuple[bytes, dict]:
         lowered = lower(state, name, layout_rewrite)

@@ -129,19 +129,39 @@ class CompiledModule(_KernelFunctions):
 
 class Kernel:
     """A compiled program. Call it with numpy arrays for all of the DAG's tensors in the
-    order given to ``ComputeDAG``; outputs are written in place."""
+    order given to ``ComputeDAG``; outputs are written in place.
 
-    def __init__(self, dag, state, lowered, ir_text: str, compiled: CompiledModule):
+    ``compiled``: its functions (``CompiledModule``, or ``ObjectModule`` for object code);
+    ``layouts``: the plans of its layout-rewritten constants (``LoweredFunc.layouts``);
+    ``lowered``: its loop IR, or None for a kernel loaded from object code, whose
+    ``lowered`` then lowers ``state`` again, as it was (``layout_rewrite``), when asked
+    (``autosched.compile`` generates its code again from it); ``ir_text``: its LLVM IR where
+    it was generated here."""
+
+    def __init__(self, dag, state, compiled, layouts=None, lowered=None, ir_text: str | None = None,
+                 layout_rewrite: bool = False):
         self.dag = dag
         self.state = state
-        self.lowered = lowered
+        self._lowered = lowered
+        self.layout_rewrite = layout_rewrite
         self.llvm_ir = ir_text
         self._compiled = compiled
-        self.layouts = dict(lowered.layouts or {})
+        self.layouts = dict(layouts or {})
         self._specs = [(t.name, tuple(self.layouts[t.name].shape if t.name in self.layouts else t.shape),
                         np.dtype(t.dtype)) for t in dag.tensors]
         self._outputs = {t.name for t in dag.outputs}
         self._argv_type = ctypes.c_void_p * len(self._specs)
+
+    @property
+    def lowered(self):
+        """The kernel's loop IR (``ir.lower.LoweredFunc``)."""
+        if self._lowered is None:
+            if self.state is None:
+                raise ValueError("this kernel was loaded from object code without its program (state), so its "
+                                 "loop IR cannot be made again; build it with ir.build")
+            from ..lower import lower
+            self._lowered = lower(self.state, self._compiled.name, self.layout_rewrite)
+        return self._lowered
 
     def _pack(self, arrays) -> ctypes.Array:
         specs = self._specs
@@ -289,18 +309,12 @@ class ObjectModule(_KernelFunctions):
                                   "build it with ir.build to read its assembly")
 
 
-class _LoadedProgram:
-    """What ``Kernel`` reads of a lowered function when the kernel comes from an object file."""
-
-    def __init__(self, layouts):
-        self.layouts = dict(layouts or {})
-
-
-def load_kernel(dag, data: bytes, name: str, layouts=None, state=None) -> Kernel:
+def load_kernel(dag, data: bytes, name: str, layouts=None, state=None, layout_rewrite: bool = False) -> Kernel:
     """A ``Kernel`` of ``dag`` from object bytes (``compile_object``); ``layouts`` are the
     lowered function's layout plans (``LoweredFunc.layouts``) when constants were rewritten,
-    so that arguments are checked and ``kernel.pack`` works as for ``ir.build``."""
-    return Kernel(dag, state, _LoadedProgram(layouts), None, ObjectModule(data, name))
+    so that arguments are checked and ``kernel.pack`` works as for ``ir.build``; ``state``
+    and ``layout_rewrite``: the program it was compiled from, and how (its ``lowered``)."""
+    return Kernel(dag, state, ObjectModule(data, name), layouts, layout_rewrite=layout_rewrite)
 
 
 def native_timer(kernel: Kernel, *arrays):

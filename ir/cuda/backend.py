@@ -66,7 +66,8 @@ class CudaBackend(Backend):
         """Refuses (``LoweringError``) a program over ``hardware``'s limits of a block."""
         return GPULowering(state, hardware)
 
-    def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool):
+    def build(self, dag, state, name: str, target, emit: str, layout_rewrite: bool, objects=None):
+        # (``objects`` is not consulted: the CUDA driver compiles the PTX when it loads it)
         if emit not in self.emits:
             raise ValueError(f"emit must be one of {self.emits}, got {emit!r}")
         program = lower_gpu(state, name, target.hardware, str(target))
