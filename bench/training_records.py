@@ -2,6 +2,7 @@
 
     python bench/training_records.py --trials 128 --log-dir bench/.cache/training
     python bench/training_records.py --list          # the workloads, one a line
+    python bench/training_records.py --picks 16 --log-dir bench/.cache/training   # the model's own picks
     mkdir -p /tmp/training && tar xzf bench/data/training_records.tar.gz -C /tmp
     python -m autosched pretrain /tmp/training/*.json -o autosched/data/base_model.json
 
@@ -24,6 +25,14 @@ Workloads in ``base_model.COLD_WEIGHT_TRAINING`` are timed as a network's tasks 
 their weights evicted before each call; those in ``base_model.NETWORK_TASK_TRAINING`` (a
 network's fused tasks) are also tuned with the layout rewrite of their weights, as
 ``tune_networks`` tunes them.
+
+``--picks N`` adds to each workload's log what the base model (``--base-model``, default
+the shipped one) would choose without measuring: the ``N`` programs its zero-trial search
+ranks best (``zero_trial.ranked_programs``) and the workload's default schedule, measured
+as the tuning's programs were. A model that learnt only from tunings never saw its own
+favourite mistakes (long vectors of an odd width, giant unrolling, a padded input
+recomputed for every output pixel) nor a default schedule; with these records beside the
+tuned programs of the same workload it learns how they compare.
 """
 from __future__ import annotations
 
@@ -41,7 +50,9 @@ import ir  # noqa: E402
 import autosched  # noqa: E402
 from autosched import ops  # noqa: E402
 from autosched.history import base_model  # noqa: E402
-from autosched.measure import LocalRunner  # noqa: E402
+from autosched.history.zero_trial import ranked_programs  # noqa: E402
+from autosched.measure import LocalRunner, ProgramMeasurer  # noqa: E402
+from sketch_rules import search_space  # noqa: E402
 
 #: the workloads (every family of the suite at shapes it does not hold) live in the package,
 #: beside the model trained on them: ``autosched.history.base_model.training_workloads``
@@ -115,6 +126,33 @@ def check_disjoint(workloads: dict, refresh_coverage: bool = False) -> None:
         raise SystemExit(f"training workloads that a benchmark evaluates: {clash}")
 
 
+def training_task(name: str, workload) -> ir.SearchTask:
+    """The task of training workload ``name``, with the layout rewrite of its weights when it
+    is a network's fused task (``base_model.NETWORK_TASK_TRAINING``), as it is tuned."""
+    return ir.SearchTask(ir.ComputeDAG(workload.tensors), desc=name,
+                         layout_rewrite=name in base_model.NETWORK_TASK_TRAINING)
+
+
+def training_runner(name: str) -> LocalRunner | None:
+    """The runner of training workload ``name``: weights evicted before each call for those
+    timed as a network's tasks are (``base_model.COLD_WEIGHT_TRAINING``), else the default."""
+    return LocalRunner(cold_constants=True) if name in base_model.COLD_WEIGHT_TRAINING else None
+
+
+def measure_picks(task: ir.SearchTask, model, top: int, log_file: str, seed: int = 0) -> tuple[int, float]:
+    """Measure the ``top`` programs that ``model``'s zero-trial search ranks best and the
+    default schedule of ``task`` (those its log does not already hold), appending them to
+    ``log_file``. Returns the programs measured now and the best GFLOPS of the whole log."""
+    default = search_space(task.target).default_schedule(task.dag, task.hardware)
+    picks = ranked_programs(task, model, seed, [default], top=top)
+    states = list({s.key: s for s in [*picks, default]}.values())
+    earlier = autosched.read_records(log_file) if os.path.exists(log_file) else []
+    with ProgramMeasurer(runner=training_runner(task.desc), callbacks=[autosched.RecordToFile(log_file)],
+                         preloaded=earlier, verbose=1) as measurer:
+        measurer.measure(task, states)
+        return measurer.n_measured, task.dag.flop_count() / measurer.best_cost(task) / 1e9
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, parents=[common.bench_args()],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,6 +163,10 @@ def main(argv=None) -> None:
                                                           ".cache", "training"))
     parser.add_argument("--list", action="store_true", help="print the training workloads and exit")
     parser.add_argument("--workloads", nargs="*", default=None, help="a subset, by label")
+    parser.add_argument("--picks", type=int, default=0,
+                        help="instead of tuning: measure the N programs the base model ranks best without "
+                             "measuring, and the default schedule, into each workload's log")
+    parser.add_argument("--base-model", default="default", help="--picks: the model whose picks are measured")
     parser.add_argument("--refresh-coverage", action="store_true",
                         help="export the coverage models again to rewrite the cache of their task shapes")
     args = parser.parse_args(argv)
@@ -140,18 +182,22 @@ def main(argv=None) -> None:
     os.makedirs(args.log_dir, exist_ok=True)
     table = common.Table(["workload", "trials", "best GFLOPS", "seconds"])
     rows = []
+    model = base_model.load_base_model(args.base_model) if args.picks else None
     for name in names:
         t0 = time.perf_counter()
-        task = ir.SearchTask(ir.ComputeDAG(workloads[name].tensors), desc=name,
-                             layout_rewrite=name in base_model.NETWORK_TASK_TRAINING)
-        runner = LocalRunner(cold_constants=True) if name in base_model.COLD_WEIGHT_TRAINING else None
-        result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
-                                         log_file=os.path.join(args.log_dir, f"{name}.json"), verbose=1,
-                                         base_model=None, records_db=None, runner=runner)
+        task = training_task(name, workloads[name])
+        log_file = os.path.join(args.log_dir, f"{name}.json")
+        if model is not None:
+            trials, gflops = measure_picks(task, model, args.picks, log_file, args.seed)
+        else:
+            result = autosched.auto_schedule(task, trials=args.trials, measure_batch=args.batch, seed=args.seed,
+                                             log_file=log_file, verbose=1, base_model=None, records_db=None,
+                                             runner=training_runner(name))
+            trials, gflops = result.trials, result.gflops
         seconds = time.perf_counter() - t0
-        table.add(name, result.trials, result.gflops, seconds)
-        rows.append(common.json_row(name, result.gflops, trials=result.trials, tuning_s=seconds))
-        print(f"{name}: {result.gflops:.1f} GFLOPS after {result.trials} trials, {seconds:.0f} s", flush=True)
+        table.add(name, trials, gflops, seconds)
+        rows.append(common.json_row(name, gflops, trials=trials, tuning_s=seconds))
+        print(f"{name}: {gflops:.1f} GFLOPS after {trials} trials, {seconds:.0f} s", flush=True)
     if not args.json_only:
         table.print()
     common.emit_json("training_records", rows)

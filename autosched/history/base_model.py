@@ -84,6 +84,18 @@ MODEL_FAMILY_OPERATORS = {
     "depthwise_chain-1x24x24x96-k5s2-bias-silu":
         ("depthwise_chain", (1, 24, 24, 96, 5, 2, 2), {"epilogue": "bias-silu"}),
     "depthwise_chain-1x24x24x192-k7s1-bias": ("depthwise_chain", (1, 24, 24, 192, 7, 1, 3), {"epilogue": "bias"}),
+    # channel counts that 16 does not divide (8 x an odd number, as MobileNet-V3's 72, 120,
+    # 184, 200 and 672): a vector of 16 lanes does not tile them, and the first base model,
+    # which had seen none, picked long vectors of odd widths for them
+    "depthwise_chain-1x20x20x88-k3s1-bias-hard_swish":
+        ("depthwise_chain", (1, 20, 20, 88, 3, 1, 1), {"epilogue": "bias-hard_swish"}),
+    "depthwise_chain-1x20x20x168-k5s1-bias-relu": ("depthwise_chain", (1, 20, 20, 168, 5, 1, 2), {"epilogue": "bias-relu"}),
+    "depthwise_chain-1x10x10x552-k5s2-bias-hard_swish":
+        ("depthwise_chain", (1, 10, 10, 552, 5, 2, 2), {"epilogue": "bias-hard_swish"}),
+    "conv2d_chain-1x20x20x56x168-k1-bias-hard_swish":
+        ("conv2d_chain", (1, 20, 20, 56, 168, 1), {"epilogue": "bias-hard_swish"}),
+    "conv2d_chain-1x10x10x552x88-k1-bias-residual":
+        ("conv2d_chain", (1, 10, 10, 552, 88, 1), {"epilogue": "bias-residual"}),
     "se_gate-24x24x40x160-hard_sigmoid": ("se_gate", (24, 24, 40, 160), {"gate": "hard_sigmoid"}),
     "se_gate-12x12x36x576-sigmoid": ("se_gate", (12, 12, 36, 576), {"gate": "sigmoid"}),
     "conv2d_chain-1x12x12x256x256-k3g16-bias-relu":

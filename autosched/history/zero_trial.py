@@ -39,8 +39,9 @@ from .records import KIND, RECORD_VERSION, nested_tuples, replay_checked, steps_
 #: the short search: small population, few generations, one process a task
 ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_population=64, islands=1)
 #: the version of the zero-trial search: raise it when the search picks other programs for
-#: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again)
-SEARCH_VERSION = 1
+#: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again);
+#: 2: the shipped base model learnt the measured picks of its predecessor
+SEARCH_VERSION = 2
 #: the kind of the records database's lines that remember zero-trial programs
 ENTRY_KIND = "zero_trial"
 
@@ -49,13 +50,26 @@ def zero_trial_program(task: ir.SearchTask, model, seed: int = 0, candidates=(),
                        params: SearchParams | None = None) -> ir.State:
     """The program of ``task`` that ``model`` ranks best among a short evolutionary search's
     and the given ``candidates`` (States of ``task.dag``, e.g. a default schedule)."""
+    return ranked_programs(task, model, seed, candidates, params, top=1)[0]
+
+
+def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
+                    params: SearchParams | None = None, top: int = 1) -> list[ir.State]:
+    """The ``top`` distinct programs of ``task`` that ``model`` ranks best among a short
+    evolutionary search's and the given ``candidates``, best first: the zero-trial program
+    and those the model nearly chose (``bench/training_records.py --picks`` measures them,
+    so that the base model learns where its own choices go wrong)."""
     policy = SketchPolicy(task, model, params or ZERO_TRIAL_PARAMS, seed=seed)
-    found = policy.evolve(policy.sample_initial(), 4)
-    options = found + [c for c in candidates if c is not None]
+    found = policy.evolve(policy.sample_initial(), max(4, top))
+    distinct: dict[str, ir.State] = {}
+    for state in found + [c for c in candidates if c is not None]:
+        distinct.setdefault(state.key, state)
+    options = list(distinct.values())
     if not options:
         raise ValueError(f"the search found no program of {task}")
     scores = model.predict(task, options)
-    return options[max(range(len(options)), key=lambda i: scores[i])]
+    order = sorted(range(len(options)), key=lambda i: -scores[i])
+    return [options[i] for i in order[:top]]
 
 
 def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | None = None,

@@ -198,3 +198,20 @@ def test_a_base_model_of_another_format_is_refused(tmp_path):
     path.write_bytes(b"{}")
     with pytest.raises(ValueError, match="must be XGBoost's JSON format"):
         B.load_base_model(str(path))
+
+
+def test_measure_picks_adds_the_models_picks_and_the_default_schedule_to_a_log_once(tmp_path):
+    training_records = _training_records()
+    w = autosched.ops.workload("depthwise_chain", 1, 8, 8, 16, 3, 1, 1, epilogue="bias-relu")
+    task = training_records.training_task("depthwise_chain-1x8x8x16-k3s1-bias-relu", w)
+    log = str(tmp_path / "picks.json")
+    model = B.load_base_model(B.SHIPPED_MODEL)
+    measured, gflops = training_records.measure_picks(task, model, 2, log)
+    records = read_records(log)
+    default = SR.search_space(task.target).default_schedule(task.dag, task.hardware)
+    programs = {r.state(task.dag).key for r in records}
+    assert measured == len(records) and 2 <= len(records) <= 3 and gflops > 0
+    assert all(r.ok for r in records)          # each one checked against the naive program, then timed
+    assert default.key in programs
+    assert training_records.measure_picks(task, model, 2, log)[0] == 0     # nothing measured twice
+    assert len(read_records(log)) == len(records)

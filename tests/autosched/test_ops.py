@@ -156,6 +156,9 @@ CASES = [
     case("conv2d_chain", 1, 6, 6, 8, 8, 3, stride=2, padding=1, groups=4, epilogue="bias-relu"),
     case("depthwise_chain", 1, 7, 7, 5, 5, stride=2, padding=2, epilogue="bias-hard_swish"),
     case("depthwise_chain", 1, 5, 5, 3, 3, padding=1, epilogue="bias-residual"),
+    # channels of 8 x an odd number, as the training workloads of that kind (and MobileNet-V3)
+    case("depthwise_chain", 1, 6, 6, 24, 5, padding=2, epilogue="bias-relu"),
+    case("conv2d_chain", 1, 4, 4, 24, 8, 1, epilogue="bias-residual"),
     case("se_gate", 4, 4, 3, 6),
     case("se_gate", 3, 5, 2, 4, gate="sigmoid"),
 ]

@@ -10,7 +10,9 @@ import ir
 from autosched import UntunedWorkloadWarning, apply_history_best, ops
 from autosched import graph as G
 from autosched.history.base_model import SHIPPED_MODEL, load_base_model
-from autosched.history.zero_trial import ZeroTrial, zero_trial_program
+from autosched.history.zero_trial import ZeroTrial, ranked_programs, zero_trial_program
+from evolution import SearchParams
+from sketch_rules import search_space
 
 
 def _run(kernel, dag, inputs, outputs):
@@ -75,3 +77,18 @@ def test_apply_history_best_builds_the_zero_trial_program_of_a_workload_without_
     outputs = w.output_buffers()
     _run(kernel, dag, inputs, outputs)
     np.testing.assert_allclose(outputs[0], w.reference(inputs)[0], rtol=1e-3, atol=1e-3)
+
+
+def test_ranked_programs_are_distinct_best_first_and_begin_with_the_zero_trial_program():
+    w = ops.suite_workload("DEP-1x14x14x24-k3s1p1")
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors))
+    model = load_base_model(SHIPPED_MODEL)
+    params = SearchParams(population=32, generations=1, init_min_population=16, islands=1)
+    default = search_space(task.target).default_schedule(task.dag, task.hardware)
+    ranked = ranked_programs(task, model, 0, [default, default], params, top=6)
+    assert len(ranked) == 6 and len({s.key for s in ranked}) == 6
+    scores = model.predict(task, ranked)
+    assert all(a >= b for a, b in zip(scores, scores[1:]))
+    assert ranked[0].key == zero_trial_program(task, model, 0, [default], params).key
+    everything = ranked_programs(task, model, 0, [default], params, top=10_000)
+    assert default.key in {s.key for s in everything}      # the candidates are ranked with the search's

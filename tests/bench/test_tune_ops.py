@@ -2,6 +2,8 @@
 after n trials (bench/vs_metaschedule.py compares checkpoints with MetaSchedule by them)."""
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 import ir
@@ -51,9 +53,13 @@ def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
     logged = {r.workload_key for r in records}
     # 256 programs of each of 33 training workloads (384 of GRP-1x28x28x128x128: tuned once
     # more) and 384 of each of the three Winograd, three T2D and three conv_residual ones
-    # (whose logs also hold re-timings); 128 of each model-family workload measured so far
+    # (whose logs also hold re-timings); of each model-family workload, 128 of its tuning (192
+    # of the five added last) and then three rounds of the base models' picks (16 and the
+    # default schedule a round, less those measured before)
     programs = [r for r in records if not r.retimed]
-    assert len(programs) == 33 * 256 + 128 + 9 * 384 + 128 * len(logged & family_keys)
+    family = collections.Counter(r.workload_key for r in programs if r.workload_key in family_keys)
+    assert len(programs) - sum(family.values()) == 33 * 256 + 128 + 9 * 384
+    assert set(family) == family_keys and 128 + 3 * 8 < min(family.values()) <= max(family.values()) <= 192 + 3 * 17
     assert logged <= keys and keys - logged <= family_keys
     ablation_key = ir.ComputeDAG(ops.suite_workload(tune_ops.ABLATION_WORKLOAD).tensors).workload_key()
     assert ablation_key not in keys      # the ablation's workload is in neither's training data
