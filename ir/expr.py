@@ -498,14 +498,13 @@ def transform(expr: Expr, fn) -> Expr:
         if done is not None:
             return done
         kids = e.children()
+        e2 = e
         if kids:
             new_kids = [visit(k) for k in kids]
-            if any(n is not o for n, o in zip(new_kids, kids)):
-                e2 = rebuild(e, new_kids)
-            else:
-                e2 = e
-        else:
-            e2 = e
+            for n, o in zip(new_kids, kids):
+                if n is not o:
+                    e2 = rebuild(e, new_kids)
+                    break
         out = fn(e2)
         result = e2 if out is None else out
         memo[id(e)] = result
@@ -517,18 +516,57 @@ def transform(expr: Expr, fn) -> Expr:
 
 
 def substitute(expr: Expr, mapping: dict) -> Expr:
-    """Replace variables (keys, compared by identity) with expressions."""
+    """Replace variables (keys, compared by identity) with expressions. (``transform`` with
+    a variable lookup, written out: lowering and bound inference substitute hundreds of
+    thousands of trees a search round.)"""
     if not mapping:
         return expr
     by_id = {id(k): v for k, v in mapping.items()}
-    return transform(expr, lambda e: by_id.get(id(e)) if isinstance(e, Var) else None)
+    memo: dict[int, Expr] = {}
+
+    def visit(e: Expr) -> Expr:
+        t = type(e)
+        if t is Const:
+            return e
+        key = id(e)
+        done = memo.get(key)
+        if done is not None:
+            return done
+        if t is Binary:
+            a, b = e.a, e.b
+            na, nb = visit(a), visit(b)
+            out = e if na is a and nb is b else Binary(e.op, na, nb)
+        elif isinstance(e, Var):
+            out = by_id.get(key, e)
+        else:
+            kids = e.children()
+            out = e
+            if kids:
+                new_kids = [visit(k) for k in kids]
+                for n, o in zip(new_kids, kids):
+                    if n is not o:
+                        out = rebuild(e, new_kids)
+                        break
+        memo[key] = out
+        return out
+
+    result = visit(expr)
+    visit = None  # the closure refers to itself: let its memo go now, not at the next cyclic GC
+    return result
 
 
 def free_vars(expr: Expr) -> list[Var]:
+    """The variables of ``expr``, each once, in pre-order (``walk``'s order)."""
     seen: dict[int, Var] = {}
-    for e in walk(expr):
+    stack = [expr]
+    while stack:
+        e = stack.pop()
         if isinstance(e, Var):
             seen.setdefault(id(e), e)
+            continue
+        kids = e.children()
+        if kids:
+            stack.extend(reversed(kids))
     return list(seen.values())
 
 
