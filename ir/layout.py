@@ -110,7 +110,7 @@ def plan(state, tensor) -> LayoutPlan | None:
     atoms: dict = {}
     forms = []
     for index in indices:
-        form = simplify.affine(simplify(E.substitute(index, mapping)))
+        form = simplify.normal_affine(E.substitute(index, mapping))
         terms = []
         for key, (atom, coef) in form.terms.items():
             vars_ = E.free_vars(atom)

@@ -145,8 +145,11 @@ def split_affine(form: Affine, inner: set, bounds: dict):
     base = Affine({}, form.const)
     lo = hi = 0
     for key, (atom, coef) in form.terms.items():
-        vars_ = {id(v) for v in E.free_vars(atom)}
-        if not vars_ & inner:
+        if isinstance(atom, E.Var):
+            outer = id(atom) not in inner
+        else:
+            outer = not {id(v) for v in E.free_vars(atom)} & inner
+        if outer:
             base.terms[key] = [atom, coef]
             continue
         a_lo, a_hi = interval(atom, bounds)
@@ -220,6 +223,15 @@ class Simplifier:
         return out
 
     # integer affine part -----------------------------------------------------------
+    def normal_affine(self, e: E.Expr) -> Affine:
+        """``self.affine(self(e))``: the affine form of ``e`` simplified. A plain sum of
+        variables times constants (a loop's axis value) is not simplified first: its form
+        is what simplifying it would keep (bound inference and layout plans read
+        thousands of them a search round)."""
+        if linear_terms(e) is not None:
+            return self.affine(e)
+        return self.affine(self(e))
+
     def affine(self, e: E.Expr) -> Affine:
         if isinstance(e, E.Const):
             return Affine({}, e.value)

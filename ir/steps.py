@@ -115,16 +115,15 @@ def _compute_stage(state: State, stage_id: int, what: str):
 def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> State:
     """Apply a loop transform to a stage; attached stages follow their iterators and have
     their regions inferred again."""
-    st = state.raw_stages[stage_id]
-    new = st.with_transform(t)
-    state = state.with_stage(stage_id, new)
-    if t.kind != "annotate":
-        moved = position_map(t)
-        for child in state.attached_to(stage_id):
-            cst = state.raw_stages[child]
-            state = state.with_stage(child, replace(cst, attach=(stage_id, moved(cst.attach[1]))))
-        state = replace(state, bounds_stale=True)
-    return _finish(state, step)
+    stages = list(state.raw_stages)
+    stages[stage_id] = stages[stage_id].with_transform(t)
+    if t.kind == "annotate":
+        return replace(state, raw_stages=tuple(stages), steps=state.steps + (step,))
+    moved = position_map(t)
+    for child, cst in enumerate(stages):
+        if cst.compute_at == "iter" and cst.attach[0] == stage_id:
+            stages[child] = replace(cst, attach=(stage_id, moved(cst.attach[1])))
+    return replace(state, raw_stages=tuple(stages), bounds_stale=True, steps=state.steps + (step,))
 
 
 def stage_names_along(dag, steps) -> list[str | None]:
