@@ -632,9 +632,8 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = 
     (``gpu``: of a GPU program, with its thread bindings)."""
     statements: list[_Statement] = []
     _collect(body, [], [], 0, {}, statements, [0])
-    rows = np.zeros((len(statements), N_FEATURES), dtype=np.float64)
     if not statements:
-        return rows
+        return np.zeros((0, N_FEATURES), dtype=np.float64)
     loop_bytes: dict = {}     # loop uid -> bytes touched by all statements under one execution
     loop_entries: dict = {}   # (loop uid, buffer) -> footprints at that loop, one per statement
     memo: dict = {}           # affine forms of index expressions
@@ -697,11 +696,14 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = 
                 loop_entries.setdefault((lp.uid, buf), []).append(foot[lv])
         st.accesses = accesses
 
-    for row, st in zip(rows, statements):
+    rows = []
+    for st in statements:
+        row = [0] * N_FEATURES  # a list, made an array once: numpy's item writes cost more
         _fill_row(row, st, stages_by_name, loop_bytes, loop_entries, line_bytes)
         if gpu:
             _fill_gpu(row, st)
-    return rows
+        rows.append(row)
+    return np.array(rows, dtype=np.float64)
 
 
 def _fill_gpu(row, st: _Statement) -> None:

@@ -38,7 +38,7 @@ def leaked(step, err: Exception) -> InvalidStep:
     return InvalidStep(f"step {shown!r} does not apply: {type(err).__name__}: {err}")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Iterator:
     """One loop of a stage."""
     name: str
@@ -46,6 +46,12 @@ class Iterator:
     kind: str  # "space" or "reduce"
     var: E.Var
     annotation: str = "none"
+
+    def __init__(self, name: str, extent: int, kind: str, var: E.Var, annotation: str = "none"):
+        # written out: a frozen dataclass's own __init__ sets each field through
+        # object.__setattr__, three times slower, and a search round makes ~10^6 loops
+        d = self.__dict__
+        d["name"], d["extent"], d["kind"], d["var"], d["annotation"] = name, extent, kind, var, annotation
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class LoopTransform:
     args: tuple
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Loops:
     iters: tuple[Iterator, ...]
     #: value of each root axis in terms of the iterators' variables
@@ -65,6 +71,10 @@ class Loops:
     guards: tuple[E.Expr, ...]
     #: ids of the loop variables each axis value uses (so a split touches only its own)
     deps: tuple[frozenset, ...] = ()
+
+    def __init__(self, iters, axis_values, guards, deps=()):
+        d = self.__dict__  # written out, as ``Iterator``'s
+        d["iters"], d["axis_values"], d["guards"], d["deps"] = iters, axis_values, guards, deps
 
 
 def _var_ids(e: E.Expr) -> frozenset:

@@ -119,9 +119,10 @@ def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> S
     stages[stage_id] = stages[stage_id].with_transform(t)
     if t.kind == "annotate":
         return replace(state, raw_stages=tuple(stages), steps=state.steps + (step,))
-    moved = position_map(t)
+    moved = None
     for child, cst in enumerate(stages):
         if cst.compute_at == "iter" and cst.attach[0] == stage_id:
+            moved = moved or position_map(t)
             stages[child] = replace(cst, attach=(stage_id, moved(cst.attach[1])))
     return replace(state, raw_stages=tuple(stages), bounds_stale=True, steps=state.steps + (step,))
 
