@@ -121,19 +121,23 @@ def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_gu
     simplified. ``linear``: (var, [(part, coef)...]) when the mapping is one variable's
     split, for the fast composition of plain sums."""
     bounds = {it.var: (0, it.extent - 1) for it in iters}
-    simplify = Simplifier(bounds)
+    simplifier = None  # made when needed (plain sums of loop variables compose without it)
+
+    def simplify(e):
+        nonlocal simplifier
+        simplifier = simplifier or Simplifier(bounds)
+        return simplifier(e)
+
     replaced = frozenset(id(k) for k in mapping)
-    values, deps = [], []
-    for value, used in zip(loops.axis_values, loops.deps):
+    values, deps = list(loops.axis_values), list(loops.deps)
+    for d, used in enumerate(deps):
         if used & replaced:  # only the values of the replaced loops change
-            fast = _compose_linear(value, *linear, bounds) if linear is not None else None
+            fast = _compose_linear(values[d], *linear, bounds) if linear is not None else None
             if fast is not None:
-                value, used = fast
+                values[d], deps[d] = fast
             else:
-                value = simplify(E.substitute(value, mapping))
-                used = _var_ids(value)
-        values.append(value)
-        deps.append(used)
+                values[d] = simplify(E.substitute(values[d], mapping))
+                deps[d] = _var_ids(values[d])
     guards = [simplify(E.substitute(g, mapping)) if _var_ids(g) & replaced else g for g in loops.guards]
     guards += [simplify(g) for g in new_guards]
     guards = tuple(g for g in guards if not (isinstance(g, E.Const) and g.value))
@@ -169,7 +173,8 @@ def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
     prod = 1
     for x in extents:
         prod *= x
-    parts = tuple(Iterator(f"{it.name}.{n}", ext, it.kind, E.Var(f"{it.name}.{n}")) for n, ext in enumerate(extents))
+    names = [f"{it.name}.{n}" for n in range(len(extents))]
+    parts = tuple(Iterator(name, ext, it.kind, E.Var(name)) for name, ext in zip(names, extents))
     value: E.Expr = parts[0].var
     for p in parts[1:]:
         value = E.Binary("+", E.Binary("*", value, E.Const(p.extent, value.dtype)), p.var)
