@@ -105,7 +105,7 @@ class State:
         """Index of a stage given as an index, a Stage, an Operation, a Tensor or a name."""
         stages = self.raw_stages
         if isinstance(stage, int):
-            check(0 <= stage < len(stages), f"no stage {stage}; the state has {len(stages)} stages")
+            check(0 <= stage < len(stages), lambda: f"no stage {stage}; the state has {len(stages)} stages")
             return stage
         if isinstance(stage, Tensor):
             stage = stage.op
