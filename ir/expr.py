@@ -489,6 +489,14 @@ def rebuild(expr: Expr, new_children: Sequence[Expr]) -> Expr:
     return expr
 
 
+def _rebuilt(expr: Expr, kids, new_kids) -> Expr:
+    """``expr`` with ``new_kids`` for its children ``kids``: itself when none changed."""
+    for n, o in zip(new_kids, kids):
+        if n is not o:
+            return rebuild(expr, new_kids)
+    return expr
+
+
 def transform(expr: Expr, fn) -> Expr:
     """Rewrite bottom-up: ``fn(node)`` returns a replacement or None to keep the node."""
     memo: dict[int, Expr] = {}
@@ -498,13 +506,7 @@ def transform(expr: Expr, fn) -> Expr:
         if done is not None:
             return done
         kids = e.children()
-        e2 = e
-        if kids:
-            new_kids = [visit(k) for k in kids]
-            for n, o in zip(new_kids, kids):
-                if n is not o:
-                    e2 = rebuild(e, new_kids)
-                    break
+        e2 = _rebuilt(e, kids, [visit(k) for k in kids]) if kids else e
         out = fn(e2)
         result = e2 if out is None else out
         memo[id(e)] = result
@@ -540,13 +542,7 @@ def substitute(expr: Expr, mapping: dict) -> Expr:
             out = by_id.get(key, e)
         else:
             kids = e.children()
-            out = e
-            if kids:
-                new_kids = [visit(k) for k in kids]
-                for n, o in zip(new_kids, kids):
-                    if n is not o:
-                        out = rebuild(e, new_kids)
-                        break
+            out = _rebuilt(e, kids, [visit(k) for k in kids]) if kids else e
         memo[key] = out
         return out
 
