@@ -375,17 +375,46 @@ def round_time(args, names) -> list[dict]:
     proposes. Run it with ``PYTHONPATH`` at another checkout to time that code's round."""
     rows = []
     for name in names:
-        search_s, measure_s, batch, islands = _one_round(args, name)
+        search_s, search_cpu_s, measure_s, batch, islands = _one_round(args, name)
         if not args.json_only:
+            cpu = "" if search_cpu_s is None else f" ({search_cpu_s:.2f} CPU s in all processes)"
             print(f"one search round (population {args.population}, {args.generations} generations, "
-                  f"{islands} island(s), {name}): {search_s:.2f} s; measuring its batch of {batch}: "
+                  f"{islands} island(s), {name}): {search_s:.2f} s{cpu}; measuring its batch of {batch}: "
                   f"{measure_s:.1f} s")
-        rows.append(common.json_row(f"search round {name}", search_s=search_s, measure_s=measure_s, batch=batch,
-                                    population=args.population, generations=args.generations, islands=islands))
+        rows.append(common.json_row(f"search round {name}", search_s=search_s, search_cpu_s=search_cpu_s,
+                                    measure_s=measure_s, batch=batch, population=args.population,
+                                    generations=args.generations, islands=islands))
     return rows
 
 
-def _one_round(args, name: str) -> tuple[float, float, int, int]:
+def process_tree_cpu_s() -> float | None:
+    """CPU seconds used so far by this process and its live descendants (the islands of a
+    round evolve in worker processes), from Linux's /proc; None where there is none."""
+    if not os.path.isdir("/proc"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parent[int(entry)], cpu[int(entry)] = int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
+    me, total = os.getpid(), 0.0
+    for pid, seconds in cpu.items():
+        at = pid
+        while at > 1 and at != me:
+            at = parent.get(at, 0)
+        if at == me:
+            total += seconds
+    times = os.times()
+    return total + times.children_user + times.children_system
+
+
+def _one_round(args, name: str) -> tuple[float, float | None, float, int, int]:
     w = ops.suite_workload(name)
     task = ir.SearchTask(ir.ComputeDAG(w.tensors))
     model = XGBoostModel(seed=args.seed)
@@ -397,9 +426,10 @@ def _one_round(args, name: str) -> tuple[float, float, int, int]:
         while not model.can_rank:  # random batches until the model is past its warm-up
             first = policy.next_batch(args.batch)
             policy.update(first, [r.mean_cost if r.ok else None for r in measurer.measure(task, first)])
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), process_tree_cpu_s()
         batch = policy.next_batch(args.batch)
-        search_s = time.perf_counter() - t0
+        search_s, cpu1 = time.perf_counter() - t0, process_tree_cpu_s()
+        search_cpu_s = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         t0 = time.perf_counter()
         measurer.measure(task, batch)
         measure_s = time.perf_counter() - t0
@@ -407,7 +437,7 @@ def _one_round(args, name: str) -> tuple[float, float, int, int]:
         measurer.close()
         if pool is not None:
             pool.shutdown()
-    return search_s, measure_s, len(batch), params.n_islands(task.hardware.num_cores)
+    return search_s, search_cpu_s, measure_s, len(batch), params.n_islands(task.hardware.num_cores)
 
 
 def main(argv=None) -> None:

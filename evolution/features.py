@@ -66,7 +66,7 @@ import numpy as np
 import ir
 from ir import dtype as dt
 from ir import expr as E
-from ir.loop_ir import Allocate, For, IfThenElse, Load, Pragma, Seq, Store, nest_trips
+from ir.loop_ir import Allocate, For, IfThenElse, Load, Pragma, Seq, Store
 from ir.lower import Lowering
 
 # ------------------------------------------------------------------------------------------
@@ -182,40 +182,46 @@ class _Statement:
         self.unroll, self.alloc_outer = unroll, alloc_outer
 
 
-def _collect(stmt, loops, guards, unroll, allocs, out, counter) -> None:
+def _collect(stmt, loops, guards, unroll, allocs, out, counter) -> int:
     """Every Store under ``stmt`` with its loops (outer to inner), guards, pragma and the
-    outer loop product at its buffer's allocation. A serial loop under an
-    ``auto_unroll_max_step`` pragma whose nest has at most that many iterations is taken
-    as unrolled, since the code generator unrolls it."""
+    outer loop product at its buffer's allocation; returns ``nest_trips(stmt)``. A serial
+    loop under an ``auto_unroll_max_step`` pragma whose nest has at most that many
+    iterations is taken as unrolled, since the code generator unrolls it (its kind is set
+    once its body's trips are known: the statements below hold the same ``_Loop``)."""
     t = type(stmt)
     if t is For:
         counter[0] += 1
-        kind = stmt.kind
-        if unroll and kind == "serial" and nest_trips(stmt) <= unroll:
-            kind = "unroll"
-        loops.append(_Loop(counter[0], stmt.var, stmt.extent, kind))
-        _collect(stmt.body, loops, guards, unroll, allocs, out, counter)
+        loop = _Loop(counter[0], stmt.var, stmt.extent, stmt.kind)
+        loops.append(loop)
+        trips = stmt.extent * _collect(stmt.body, loops, guards, unroll, allocs, out, counter)
         loops.pop()
-    elif t is Seq:
+        if unroll and loop.kind == "serial" and trips <= unroll:
+            loop.kind = "unroll"
+        return trips
+    if t is Seq:
+        trips = 1
         for s in stmt.stmts:
-            _collect(s, loops, guards, unroll, allocs, out, counter)
-    elif t is Store:
+            trips = max(trips, _collect(s, loops, guards, unroll, allocs, out, counter))
+        return trips
+    if t is Store:
         out.append(_Statement(stmt, tuple(loops), tuple(guards), unroll, allocs.get(stmt.buffer)))
     elif t is IfThenElse:
         guards.append(stmt.cond)
-        _collect(stmt.then, loops, guards, unroll, allocs, out, counter)
+        trips = _collect(stmt.then, loops, guards, unroll, allocs, out, counter)
         if stmt.otherwise is not None:
-            _collect(stmt.otherwise, loops, guards, unroll, allocs, out, counter)
+            trips = max(trips, _collect(stmt.otherwise, loops, guards, unroll, allocs, out, counter))
         guards.pop()
+        return max(trips, 1)
     elif t is Allocate:
         prod = 1
         for lp in loops:
             prod *= lp.extent
         allocs[stmt.buffer] = prod
-        _collect(stmt.body, loops, guards, unroll, allocs, out, counter)
+        return _collect(stmt.body, loops, guards, unroll, allocs, out, counter)
     elif t is Pragma:
         value = stmt.value if stmt.key == "auto_unroll_max_step" else unroll
-        _collect(stmt.body, loops, guards, value, allocs, out, counter)
+        return _collect(stmt.body, loops, guards, value, allocs, out, counter)
+    return 1
 
 
 def _affine(e: E.Expr, memo: dict):
@@ -478,6 +484,12 @@ def _analyse_access(buffer, index, is_write: bool, level_of: dict, extents, memo
         extent = extents[lv]
         if extent <= 1:
             continue
+        if len(uses) == 1 and uses[0][0] == 1 and uses[0][1] is None:
+            coef = abs(uses[0][2])  # a plain loop variable (the common case): one term
+            items.append((lv, coef, extent))
+            moves[lv] = True
+            first_coef[lv] = coef
+            continue
         bps = {1}
         for d, m, _ in uses:
             bps.add(d)
@@ -589,17 +601,18 @@ def _position(stage, var) -> int:
     """Index into POSITIONS of loop ``var`` for ``stage`` (the stage of the statement)."""
     if stage is None:
         return 6
-    cache = _POSITION_CACHE.get(id(stage))
-    if cache is None or cache[0] is not stage:
-        n_space = len(stage.axes)
+    loops = stage.loops
+    n_space = len(stage.axes)
+    cache = _POSITION_CACHE.get(id(loops))
+    if cache is None or cache[0] is not loops or cache[1] != n_space:
         owners: dict = {}
-        for d, value in enumerate(stage.axis_values):
-            for v in E.free_vars(value):
-                owners.setdefault(id(v), set()).add(d)
-        cache = (stage, n_space, len(stage.axis_values) - n_space, owners)
+        for d, used in enumerate(loops.deps):  # the ids of the loop variables axis d's value uses
+            for v in used:
+                owners.setdefault(v, set()).add(d)
+        cache = (loops, n_space, len(loops.axis_values) - n_space, owners)
         if len(_POSITION_CACHE) > 20000:
             _POSITION_CACHE.clear()
-        _POSITION_CACHE[id(stage)] = cache
+        _POSITION_CACHE[id(loops)] = cache
     _, n_space, n_reduce, owners = cache
     dims = owners.get(id(var))
     if not dims or len(dims) > 1:
@@ -619,9 +632,8 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = 
     (``gpu``: of a GPU program, with its thread bindings)."""
     statements: list[_Statement] = []
     _collect(body, [], [], 0, {}, statements, [0])
-    rows = np.zeros((len(statements), N_FEATURES), dtype=np.float64)
     if not statements:
-        return rows
+        return np.zeros((0, N_FEATURES), dtype=np.float64)
     loop_bytes: dict = {}     # loop uid -> bytes touched by all statements under one execution
     loop_entries: dict = {}   # (loop uid, buffer) -> footprints at that loop, one per statement
     memo: dict = {}           # affine forms of index expressions
@@ -684,11 +696,14 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = 
                 loop_entries.setdefault((lp.uid, buf), []).append(foot[lv])
         st.accesses = accesses
 
-    for row, st in zip(rows, statements):
+    rows = []
+    for st in statements:
+        row = [0] * N_FEATURES  # a list, made an array once: numpy's item writes cost more
         _fill_row(row, st, stages_by_name, loop_bytes, loop_entries, line_bytes)
         if gpu:
             _fill_gpu(row, st)
-    return rows
+        rows.append(row)
+    return np.array(rows, dtype=np.float64)
 
 
 def _fill_gpu(row, st: _Statement) -> None:
@@ -716,14 +731,21 @@ def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, lin
     row[:16] = [c * prod_eff + g * prod for c, g in zip(counts, st.guard_counts)]
     # annotations
     stage = stages_by_name.get(st.store.buffer.name)
+    annotated: dict = {}  # kind -> [number, product, innermost loop]
+    for lp in st.loops:
+        kind = lp.kind
+        if kind in _ANN_COL:
+            seen = annotated.get(kind)
+            if seen is None:
+                annotated[kind] = [1, lp.extent, lp]
+            else:
+                seen[0] += 1
+                seen[1] *= lp.extent
+                seen[2] = lp
     for kind, base in _ANN_COL.items():
-        num, aprod, innermost = 0, 1, None
-        for lp in st.loops:
-            if lp.kind == kind:
-                num += 1
-                aprod *= lp.extent
-                innermost = lp
-        if num:
+        seen = annotated.get(kind)
+        if seen is not None:
+            num, aprod, innermost = seen
             row[base] = num
             row[base + 1] = aprod
             row[base + 2] = innermost.extent

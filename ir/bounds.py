@@ -112,7 +112,7 @@ def _infer_region(state, index: int):
         base0, lo0, hi0 = None, None, None
         relax = False
         for indices in reads:
-            form = simplify.affine(simplify(indices[d]))
+            form = simplify.normal_affine(indices[d])
             base, lo, hi = split_affine(form, inner, bounds)
             if lo == -float("inf") or hi == float("inf"):
                 relax = True

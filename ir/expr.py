@@ -489,6 +489,14 @@ def rebuild(expr: Expr, new_children: Sequence[Expr]) -> Expr:
     return expr
 
 
+def _rebuilt(expr: Expr, kids, new_kids) -> Expr:
+    """``expr`` with ``new_kids`` for its children ``kids``: itself when none changed."""
+    for n, o in zip(new_kids, kids):
+        if n is not o:
+            return rebuild(expr, new_kids)
+    return expr
+
+
 def transform(expr: Expr, fn) -> Expr:
     """Rewrite bottom-up: ``fn(node)`` returns a replacement or None to keep the node."""
     memo: dict[int, Expr] = {}
@@ -498,14 +506,7 @@ def transform(expr: Expr, fn) -> Expr:
         if done is not None:
             return done
         kids = e.children()
-        if kids:
-            new_kids = [visit(k) for k in kids]
-            if any(n is not o for n, o in zip(new_kids, kids)):
-                e2 = rebuild(e, new_kids)
-            else:
-                e2 = e
-        else:
-            e2 = e
+        e2 = _rebuilt(e, kids, [visit(k) for k in kids]) if kids else e
         out = fn(e2)
         result = e2 if out is None else out
         memo[id(e)] = result
@@ -517,18 +518,51 @@ def transform(expr: Expr, fn) -> Expr:
 
 
 def substitute(expr: Expr, mapping: dict) -> Expr:
-    """Replace variables (keys, compared by identity) with expressions."""
+    """Replace variables (keys, compared by identity) with expressions. (``transform`` with
+    a variable lookup, written out: lowering and bound inference substitute hundreds of
+    thousands of trees a search round.)"""
     if not mapping:
         return expr
     by_id = {id(k): v for k, v in mapping.items()}
-    return transform(expr, lambda e: by_id.get(id(e)) if isinstance(e, Var) else None)
+    memo: dict[int, Expr] = {}
+
+    def visit(e: Expr) -> Expr:
+        t = type(e)
+        if t is Const:
+            return e
+        key = id(e)
+        done = memo.get(key)
+        if done is not None:
+            return done
+        if t is Binary:
+            a, b = e.a, e.b
+            na, nb = visit(a), visit(b)
+            out = e if na is a and nb is b else Binary(e.op, na, nb)
+        elif isinstance(e, Var):
+            out = by_id.get(key, e)
+        else:
+            kids = e.children()
+            out = _rebuilt(e, kids, [visit(k) for k in kids]) if kids else e
+        memo[key] = out
+        return out
+
+    result = visit(expr)
+    visit = None  # the closure refers to itself: let its memo go now, not at the next cyclic GC
+    return result
 
 
 def free_vars(expr: Expr) -> list[Var]:
+    """The variables of ``expr``, each once, in pre-order (``walk``'s order)."""
     seen: dict[int, Var] = {}
-    for e in walk(expr):
+    stack = [expr]
+    while stack:
+        e = stack.pop()
         if isinstance(e, Var):
             seen.setdefault(id(e), e)
+            continue
+        kids = e.children()
+        if kids:
+            stack.extend(reversed(kids))
     return list(seen.values())
 
 

@@ -21,13 +21,16 @@ def _layout(cls):
 def replace(obj, **changes):
     """A copy of the dataclass instance ``obj`` with ``changes``; fields that are not
     arguments of ``__init__`` (a cached key) start again from their defaults."""
-    names, derived = _layout(type(obj))
-    unknown = changes.keys() - names
-    if unknown or changes.keys() & derived.keys():
-        raise TypeError(f"replace: {type(obj).__name__} has no init field(s) {sorted(unknown or derived)}")
-    new = object.__new__(type(obj))
+    cls = type(obj)
+    names, derived = _LAYOUT.get(cls) or _layout(cls)
+    for name in changes:
+        if name not in names or name in derived:
+            unknown = changes.keys() - names
+            raise TypeError(f"replace: {cls.__name__} has no init field(s) {sorted(unknown or derived)}")
+    new = object.__new__(cls)
     attrs = new.__dict__
     attrs.update(obj.__dict__)
-    attrs.update(derived)
+    if derived:
+        attrs.update(derived)
     attrs.update(changes)
     return new

@@ -200,7 +200,7 @@ def _check_read(read: E.TensorRead, conds, domain: dict) -> list:
     simplify = Simplifier(bounds)
     out = []
     for dim, (index, n) in enumerate(zip(read.indices, read.tensor.shape)):
-        form = simplify.affine(simplify(index))
+        form = simplify.normal_affine(index)
         lo, hi = form.interval(bounds)
         for c_form, c_lo, c_hi in constraints:
             scaled = _multiple(form, c_form)

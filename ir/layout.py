@@ -9,6 +9,7 @@ outside the kernel (``Kernel.pack``): the kernel's argument is the packed array.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,10 +107,12 @@ def _loop_position(state, stage_idx: int) -> dict[int, int]:
     return {id(v): p for p, v in enumerate(order)}
 
 
-def plan(state, tensor) -> LayoutPlan | None:
+def plan(state, tensor, read=False) -> LayoutPlan | None:
     """A layout for constant ``tensor``, or None when its reads do not allow one (read by
-    several stages, through inlined stages, with different indices, or too large)."""
-    read = _the_read(state, tensor)
+    several stages, through inlined stages, with different indices, or too large).
+    ``read``: ``_the_read(state, tensor)`` when the caller has it."""
+    if read is False:
+        read = _the_read(state, tensor)
     if read is None:
         return None
     sidx, indices = read
@@ -121,7 +124,7 @@ def plan(state, tensor) -> LayoutPlan | None:
     atoms: dict = {}
     forms = []
     for index in indices:
-        form = simplify.affine(simplify(E.substitute(index, mapping)))
+        form = simplify.normal_affine(E.substitute(index, mapping))
         terms = []
         for key, (atom, coef) in form.terms.items():
             vars_ = E.free_vars(atom)
@@ -146,8 +149,7 @@ def plan(state, tensor) -> LayoutPlan | None:
             return None
         lows.append(int(lo))
         shape.append(int(hi - lo + 1))
-    size = int(np.prod(shape)) if shape else 1
-    if size > MAX_GROWTH * int(np.prod(tensor.shape)):
+    if math.prod(shape) > MAX_GROWTH * math.prod(tensor.shape):
         return None
     where = {key: p for p, (key, _) in enumerate(ordered)}
     plan_forms = [(const, [(where[k], c) for k, c in terms]) for const, terms in forms]
@@ -166,21 +168,19 @@ def plan_all(state) -> dict[int, LayoutPlan]:
     out = {}
     for t in state.dag.inputs:
         if getattr(t.op, "constant", False):
-            made_of = _made_of(state, t)
-            p = None if made_of is None else _PLANS.get(*made_of, lambda: plan(state, t))
+            read = _the_read(state, t)
+            made_of = None if read is None else _made_of(state, t, read)
+            p = None if made_of is None else _PLANS.get(*made_of, lambda: plan(state, t, read))
             if p is not None:
                 out[id(t.op)] = p
     return out
 
 
-def _made_of(state, tensor):
-    """(objects, signature) of everything ``plan(state, tensor)`` reads, or None when the
-    tensor has no single direct reader (no plan): its read, the loops and body of its
+def _made_of(state, tensor, read):
+    """(objects, signature) of everything ``plan(state, tensor)`` reads, given the tensor's
+    single direct reader ``read`` (``_the_read``): its read, the loops and body of its
     reader and of the stages it is computed inside (compared by identity; derived loops
     stand for their operation, axes and root region, see ``ir.stage``) and their locations."""
-    read = _the_read(state, tensor)
-    if read is None:
-        return None
     objects, signature = [tensor.op, read], []
     at = read[0]
     while True:

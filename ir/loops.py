@@ -19,10 +19,12 @@ class InvalidStep(ValueError):
     """A transform step that does not apply to this State; the message says why."""
 
 
-def check(cond: bool, message: str) -> None:
-    """Raise ``InvalidStep(message)`` unless ``cond``: how every step says it does not apply."""
+def check(cond: bool, message) -> None:
+    """Raise ``InvalidStep(message)`` unless ``cond``: how every step says it does not apply.
+    ``message``: the text, or a function that makes it (a replay checks ~10^5 conditions a
+    search round; formatting their messages up front cost more than the checks)."""
     if not cond:
-        raise InvalidStep(message)
+        raise InvalidStep(message() if callable(message) else message)
 
 
 #: what a step that does not apply may raise before a ``check`` catches its case (an
@@ -38,7 +40,7 @@ def leaked(step, err: Exception) -> InvalidStep:
     return InvalidStep(f"step {shown!r} does not apply: {type(err).__name__}: {err}")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Iterator:
     """One loop of a stage."""
     name: str
@@ -46,6 +48,12 @@ class Iterator:
     kind: str  # "space" or "reduce"
     var: E.Var
     annotation: str = "none"
+
+    def __init__(self, name: str, extent: int, kind: str, var: E.Var, annotation: str = "none"):
+        # written out: a frozen dataclass's own __init__ sets each field through
+        # object.__setattr__, three times slower, and a search round makes ~10^6 loops
+        d = self.__dict__
+        d["name"], d["extent"], d["kind"], d["var"], d["annotation"] = name, extent, kind, var, annotation
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class LoopTransform:
     args: tuple
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Loops:
     iters: tuple[Iterator, ...]
     #: value of each root axis in terms of the iterators' variables
@@ -65,6 +73,10 @@ class Loops:
     guards: tuple[E.Expr, ...]
     #: ids of the loop variables each axis value uses (so a split touches only its own)
     deps: tuple[frozenset, ...] = ()
+
+    def __init__(self, iters, axis_values, guards, deps=()):
+        d = self.__dict__  # written out, as ``Iterator``'s
+        d["iters"], d["axis_values"], d["guards"], d["deps"] = iters, axis_values, guards, deps
 
 
 def _var_ids(e: E.Expr) -> frozenset:
@@ -111,19 +123,23 @@ def _substitute(loops: Loops, mapping: dict, iters: tuple[Iterator, ...], new_gu
     simplified. ``linear``: (var, [(part, coef)...]) when the mapping is one variable's
     split, for the fast composition of plain sums."""
     bounds = {it.var: (0, it.extent - 1) for it in iters}
-    simplify = Simplifier(bounds)
+    simplifier = None  # made when needed (plain sums of loop variables compose without it)
+
+    def simplify(e):
+        nonlocal simplifier
+        simplifier = simplifier or Simplifier(bounds)
+        return simplifier(e)
+
     replaced = frozenset(id(k) for k in mapping)
-    values, deps = [], []
-    for value, used in zip(loops.axis_values, loops.deps):
+    values, deps = list(loops.axis_values), list(loops.deps)
+    for d, used in enumerate(deps):
         if used & replaced:  # only the values of the replaced loops change
-            fast = _compose_linear(value, *linear, bounds) if linear is not None else None
+            fast = _compose_linear(values[d], *linear, bounds) if linear is not None else None
             if fast is not None:
-                value, used = fast
+                values[d], deps[d] = fast
             else:
-                value = simplify(E.substitute(value, mapping))
-                used = _var_ids(value)
-        values.append(value)
-        deps.append(used)
+                values[d] = simplify(E.substitute(values[d], mapping))
+                deps[d] = _var_ids(values[d])
     guards = [simplify(E.substitute(g, mapping)) if _var_ids(g) & replaced else g for g in loops.guards]
     guards += [simplify(g) for g in new_guards]
     guards = tuple(g for g in guards if not (isinstance(g, E.Const) and g.value))
@@ -149,17 +165,19 @@ def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
     """Split iterator ``iter_id`` into ``len(lengths) + 1`` parts. ``lengths`` give the inner
     parts' extents (outer part derived) when ``inner_to_outer``, else the outer parts'
     (innermost derived); ``None`` means 1 (a length not chosen yet)."""
-    check(0 <= iter_id < len(loops.iters), f"split: iterator {iter_id} out of range 0..{len(loops.iters) - 1}")
+    check(0 <= iter_id < len(loops.iters), lambda: f"split: iterator {iter_id} out of range 0..{len(loops.iters) - 1}")
     it = loops.iters[iter_id]
-    check(it.annotation == "none", f"split: iterator '{it.name}' is annotated {it.annotation}; split before annotating")
+    check(it.annotation == "none",
+          lambda: f"split: iterator '{it.name}' is annotated {it.annotation}; split before annotating")
     lengths = [1 if x is None else int(x) for x in lengths]
     check(len(lengths) >= 1 and all(x >= 1 for x in lengths),
-          f"split: lengths must be positive ints, got {lengths}")
+          lambda: f"split: lengths must be positive ints, got {lengths}")
     extents = tight_extents(it.extent, lengths, inner_to_outer)
     prod = 1
     for x in extents:
         prod *= x
-    parts = tuple(Iterator(f"{it.name}.{n}", ext, it.kind, E.Var(f"{it.name}.{n}")) for n, ext in enumerate(extents))
+    names = [f"{it.name}.{n}" for n in range(len(extents))]
+    parts = tuple(Iterator(name, ext, it.kind, E.Var(name)) for name, ext in zip(names, extents))
     value: E.Expr = parts[0].var
     for p in parts[1:]:
         value = E.Binary("+", E.Binary("*", value, E.Const(p.extent, value.dtype)), p.var)
@@ -176,13 +194,13 @@ def split(loops: Loops, iter_id: int, lengths, inner_to_outer: bool) -> Loops:
 def fuse(loops: Loops, iter_ids) -> Loops:
     ids = list(iter_ids)
     check(len(ids) >= 1, "fuse: needs at least one iterator")
-    check(ids == list(range(ids[0], ids[0] + len(ids))), f"fuse: iterators must be consecutive, got {ids}")
-    check(0 <= ids[0] and ids[-1] < len(loops.iters), f"fuse: iterators {ids} out of range")
+    check(ids == list(range(ids[0], ids[0] + len(ids))), lambda: f"fuse: iterators must be consecutive, got {ids}")
+    check(0 <= ids[0] and ids[-1] < len(loops.iters), lambda: f"fuse: iterators {ids} out of range")
     group = loops.iters[ids[0]:ids[-1] + 1]
     kinds = {it.kind for it in group}
-    check(len(kinds) == 1, f"fuse: cannot fuse space and reduce iterators together ({[i.name for i in group]})")
+    check(len(kinds) == 1, lambda: f"fuse: cannot fuse space and reduce iterators together ({[i.name for i in group]})")
     for it in group:
-        check(it.annotation == "none", f"fuse: iterator '{it.name}' is annotated {it.annotation}")
+        check(it.annotation == "none", lambda: f"fuse: iterator '{it.name}' is annotated {it.annotation}")
     if len(group) == 1:
         return loops
     extent = 1
@@ -207,7 +225,7 @@ def fuse(loops: Loops, iter_ids) -> Loops:
 def reorder(loops: Loops, order) -> Loops:
     order = list(order)
     check(sorted(order) == list(range(len(loops.iters))),
-          f"reorder: order must be a permutation of 0..{len(loops.iters) - 1}, got {order}")
+          lambda: f"reorder: order must be a permutation of 0..{len(loops.iters) - 1}, got {order}")
     return Loops(tuple(loops.iters[i] for i in order), loops.axis_values, loops.guards, loops.deps)
 
 
@@ -218,14 +236,17 @@ ANNOTATIONS = ("none", "parallel", "vectorize", "unroll") + GPU_BINDINGS
 
 
 def annotate(loops: Loops, iter_id: int, annotation: str) -> Loops:
-    check(annotation in ANNOTATIONS, f"annotate: unknown annotation {annotation!r}; expected one of {ANNOTATIONS}")
-    check(0 <= iter_id < len(loops.iters), f"annotate: iterator {iter_id} out of range 0..{len(loops.iters) - 1}")
+    check(annotation in ANNOTATIONS,
+          lambda: f"annotate: unknown annotation {annotation!r}; expected one of {ANNOTATIONS}")
+    check(0 <= iter_id < len(loops.iters),
+          lambda: f"annotate: iterator {iter_id} out of range 0..{len(loops.iters) - 1}")
     it = loops.iters[iter_id]
     if annotation in ("parallel", "blockIdx.x", "vthread"):
-        check(it.kind == "space", f"annotate: cannot bind reduce iterator '{it.name}' to {annotation} (a data race)")
+        check(it.kind == "space",
+              lambda: f"annotate: cannot bind reduce iterator '{it.name}' to {annotation} (a data race)")
     if annotation == "vectorize" and it.kind == "reduce":
         check(iter_id == len(loops.iters) - 1,
-              f"annotate: reduce iterator '{it.name}' can be vectorised only as the innermost loop "
+              lambda: f"annotate: reduce iterator '{it.name}' can be vectorised only as the innermost loop "
               "(a horizontal reduction); reorder it inside first")
     iters = list(loops.iters)
     iters[iter_id] = Iterator(it.name, it.extent, it.kind, it.var, annotation)

@@ -110,7 +110,7 @@ class Lowering:
         if st is not None and st.compute_at == "inline":
             reader, self.reader = self.reader, st
             try:
-                return self.expr(E.substitute(st.body, dict(zip(st.axes, e.indices))))
+                return self.expr(st.body, dict(zip(st.axes, e.indices)))
             finally:
                 self.reader = reader
         layout = self.layouts.get(id(op))
@@ -125,8 +125,20 @@ class Lowering:
             return None
         return self.simplify(in_range(e.tensor, e.indices))
 
-    def expr(self, e: E.Expr) -> E.Expr:
-        return E.transform(e, lambda n: self.read(n) if isinstance(n, E.TensorRead) else None)
+    def expr(self, e: E.Expr, mapping: dict | None = None) -> E.Expr:
+        """``e`` with its tensor reads lowered; with ``mapping``, the lowering of
+        ``E.substitute(e, mapping)`` in one walk of ``e`` (the values are not walked: they
+        hold no tensor reads, or lowered ones)."""
+        if not mapping:
+            return E.transform(e, lambda n: self.read(n) if isinstance(n, E.TensorRead) else None)
+        by_id = {id(k): v for k, v in mapping.items()}
+        read = self.read
+
+        def lowered(n):
+            if isinstance(n, E.TensorRead):
+                return read(n)
+            return by_id.get(id(n)) if isinstance(n, E.Var) else None
+        return E.transform(e, lowered)
 
     # statements ------------------------------------------------------------------------
     def stage_nest(self, idx: int) -> Stmt:
@@ -150,16 +162,16 @@ class Lowering:
         guards = [g for g in guards if not (isinstance(g, E.Const) and g.value)]
         if isinstance(body, E.Reduce):
             acc = Load(buf, index)
-            source = self.simplify(self.expr(E.substitute(body.source, axis_map)))
+            source = self.simplify(self.expr(body.source, axis_map))
             combined = E.Binary(body.combiner if body.combiner != "sum" else "+", acc, source)
             if body.condition is not None:
-                cond = self.simplify(self.expr(E.substitute(body.condition, axis_map)))
+                cond = self.simplify(self.expr(body.condition, axis_map))
                 combined = E.Select(cond, combined, acc)
             update = guarded(Store(buf, index, combined), guards)
             init = Store(buf, index, body.identity())
             nest = self._reduction_nest(idx, st, update, init, guards)
         else:
-            value = self.simplify(self.expr(E.substitute(body, axis_map)))
+            value = self.simplify(self.expr(body, axis_map))
             nest = self._loops(idx, st.iters, 0, guarded(Store(buf, index, value), guards))
         if st.auto_unroll_max_step:
             nest = Pragma("auto_unroll_max_step", st.auto_unroll_max_step, nest)

@@ -21,8 +21,13 @@ Bounds = dict  # Var -> (lo, hi), inclusive integer bounds
 
 def structural_key(e: E.Expr):
     """A hashable key equal for structurally equal expressions (variables by identity)."""
-    if isinstance(e, E.Var):
+    t = type(e)
+    if t is E.Var or isinstance(e, E.Var):
         return ("v", id(e))
+    if t is E.Const:
+        return ("c", e.dtype, e.value)
+    if t is E.Binary:  # the common case, written out: no buffer, op, no func
+        return ("Binary", e.op, e.dtype, None, structural_key(e.a), structural_key(e.b))
     if isinstance(e, E.Const):
         return ("c", e.dtype, e.value)
     if isinstance(e, E.TensorRead):
@@ -105,11 +110,16 @@ class Affine:
     def add(self, other: "Affine", scale: int = 1) -> "Affine":
         terms = {k: [a, c] for k, (a, c) in self.terms.items()}
         for k, (atom, coef) in other.terms.items():
-            if k in terms:
-                terms[k][1] += coef * scale
-            else:
+            hit = terms.get(k)
+            if hit is None:
                 terms[k] = [atom, coef * scale]
-        return Affine({k: v for k, v in terms.items() if v[1] != 0}, self.const + other.const * scale)
+            else:
+                hit[1] += coef * scale
+        for v in terms.values():
+            if v[1] == 0:  # rare: a term cancelled
+                terms = {k: v for k, v in terms.items() if v[1] != 0}
+                break
+        return Affine(terms, self.const + other.const * scale)
 
     def scale(self, s: int) -> "Affine":
         if s == 0:
@@ -135,8 +145,11 @@ def split_affine(form: Affine, inner: set, bounds: dict):
     base = Affine({}, form.const)
     lo = hi = 0
     for key, (atom, coef) in form.terms.items():
-        vars_ = {id(v) for v in E.free_vars(atom)}
-        if not vars_ & inner:
+        if isinstance(atom, E.Var):
+            outer = id(atom) not in inner
+        else:
+            outer = not {id(v) for v in E.free_vars(atom)} & inner
+        if outer:
             base.terms[key] = [atom, coef]
             continue
         a_lo, a_hi = interval(atom, bounds)
@@ -210,25 +223,36 @@ class Simplifier:
         return out
 
     # integer affine part -----------------------------------------------------------
+    def normal_affine(self, e: E.Expr) -> Affine:
+        """``self.affine(self(e))``: the affine form of ``e`` simplified. A plain sum of
+        variables times constants (a loop's axis value) is not simplified first: its form
+        is what simplifying it would keep (bound inference and layout plans read
+        thousands of them a search round)."""
+        if linear_terms(e) is not None:
+            return self.affine(e)
+        return self.affine(self(e))
+
     def affine(self, e: E.Expr) -> Affine:
         if isinstance(e, E.Const):
             return Affine({}, e.value)
-        if isinstance(e, E.Binary) and e.op in ("+", "-"):
-            return self.affine(e.a).add(self.affine(e.b), 1 if e.op == "+" else -1)
-        if isinstance(e, E.Binary) and e.op == "*":
-            a, b = self.affine(e.a), self.affine(e.b)
-            if not b.terms:
-                return a.scale(b.const)
-            if not a.terms:
-                return b.scale(a.const)
-            return _atom(E.Binary("*", a.to_expr(e.dtype), b.to_expr(e.dtype)))
-        if isinstance(e, E.Binary) and e.op in ("//", "%"):
-            return self._divmod(e)
-        if isinstance(e, E.Var):
+        if isinstance(e, E.Binary):
+            op = e.op
+            if op == "+" or op == "-":
+                return self.affine(e.a).add(self.affine(e.b), 1 if op == "+" else -1)
+            if op == "*":
+                a, b = self.affine(e.a), self.affine(e.b)
+                if not b.terms:
+                    return a.scale(b.const)
+                if not a.terms:
+                    return b.scale(a.const)
+                return _atom(E.Binary("*", a.to_expr(e.dtype), b.to_expr(e.dtype)))
+            if op == "//" or op == "%":
+                return self._divmod(e)
+        elif isinstance(e, E.Var):
             b = self.bounds.get(e)
             if b is not None and b[0] == b[1]:
                 return Affine({}, b[0])  # a loop of one iteration
-            return _atom(e)
+            return Affine({("v", id(e)): [e, 1]}, 0)  # _atom(e), its key written out
         s = self(e)
         if isinstance(s, E.Const):
             return Affine({}, s.value)

@@ -71,7 +71,7 @@ class Stage:
 
     def iter_index(self, it) -> int:
         if isinstance(it, int):
-            check(0 <= it < len(self.iters), f"stage '{self.name}' has no iterator {it} "
+            check(0 <= it < len(self.iters), lambda: f"stage '{self.name}' has no iterator {it} "
                                               f"(it has {len(self.iters)}: {[i.name for i in self.iters]})")
             return it
         for pos, x in enumerate(self.iters):

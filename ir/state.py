@@ -13,11 +13,20 @@ from . import steps as S
 from .bounds import reinfer
 from .frozen import replace
 from .loops import LEAKS, InvalidStep, check, leaked
+from .memo import IdentityMemo
 from .stage import Stage, make_stage
 from .state_printer import state_str
 from .tensor import Tensor
 
 __all__ = ["State"]
+
+#: the tensors each body reads (ids), by body: bodies are shared by every program of a DAG
+_READS = IdentityMemo(20_000)
+
+
+def _tensors_read(body) -> frozenset:
+    return _READS.get((body,), None, lambda: frozenset(id(e.tensor) for e in E.walk(body)
+                                                         if isinstance(e, E.TensorRead)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,7 +105,7 @@ class State:
         """Index of a stage given as an index, a Stage, an Operation, a Tensor or a name."""
         stages = self.raw_stages
         if isinstance(stage, int):
-            check(0 <= stage < len(stages), f"no stage {stage}; the state has {len(stages)} stages")
+            check(0 <= stage < len(stages), lambda: f"no stage {stage}; the state has {len(stages)} stages")
             return stage
         if isinstance(stage, Tensor):
             stage = stage.op
@@ -118,13 +127,8 @@ class State:
 
     def readers(self, index: int) -> list[int]:
         """Stages whose body reads stage ``index``'s tensor."""
-        tensor = self.raw_stages[index].op.output
-        out = []
-        for i, st in enumerate(self.raw_stages):
-            if st.body is not None and any(isinstance(e, E.TensorRead) and e.tensor is tensor
-                                           for e in E.walk(st.body)):
-                out.append(i)
-        return out
+        tensor = id(self.raw_stages[index].op.output)
+        return [i for i, st in enumerate(self.raw_stages) if st.body is not None and tensor in _tensors_read(st.body)]
 
     def consumers(self, index: int) -> list[int]:
         """Non-inlined stages that read stage ``index``, looking through inlined ones."""

@@ -107,24 +107,24 @@ def _finish(state: State, step: Step) -> State:
 
 def _compute_stage(state: State, stage_id: int, what: str):
     st = state.raw_stages[state.stage_index(stage_id)]
-    check(not st.is_placeholder, f"{what}: stage '{st.name}' is an input placeholder")
-    check(st.compute_at != "inline", f"{what}: stage '{st.name}' is inlined")
+    check(not st.is_placeholder, lambda: f"{what}: stage '{st.name}' is an input placeholder")
+    check(st.compute_at != "inline", lambda: f"{what}: stage '{st.name}' is inlined")
     return st
 
 
 def _loop_change(state: State, stage_id: int, t: LoopTransform, step: Step) -> State:
     """Apply a loop transform to a stage; attached stages follow their iterators and have
     their regions inferred again."""
-    st = state.raw_stages[stage_id]
-    new = st.with_transform(t)
-    state = state.with_stage(stage_id, new)
-    if t.kind != "annotate":
-        moved = position_map(t)
-        for child in state.attached_to(stage_id):
-            cst = state.raw_stages[child]
-            state = state.with_stage(child, replace(cst, attach=(stage_id, moved(cst.attach[1]))))
-        state = replace(state, bounds_stale=True)
-    return _finish(state, step)
+    stages = list(state.raw_stages)
+    stages[stage_id] = stages[stage_id].with_transform(t)
+    if t.kind == "annotate":
+        return replace(state, raw_stages=tuple(stages), steps=state.steps + (step,))
+    moved = None
+    for child, cst in enumerate(stages):
+        if cst.compute_at == "iter" and cst.attach[0] == stage_id:
+            moved = moved or position_map(t)
+            stages[child] = replace(cst, attach=(stage_id, moved(cst.attach[1])))
+    return replace(state, raw_stages=tuple(stages), bounds_stale=True, steps=state.steps + (step,))
 
 
 def stage_names_along(dag, steps) -> list[str | None]:
@@ -181,9 +181,9 @@ class SplitStep(Step):
 
 
 def _split_lengths(state: State, step_id: int, what: str) -> tuple:
-    check(0 <= step_id < len(state.steps), f"{what}: no step {step_id} (the state has {len(state.steps)})")
+    check(0 <= step_id < len(state.steps), lambda: f"{what}: no step {step_id} (the state has {len(state.steps)})")
     src = state.steps[step_id]
-    check(isinstance(src, SplitStep), f"{what}: step {step_id} is {type(src).__name__}, not a split")
+    check(isinstance(src, SplitStep), lambda: f"{what}: step {step_id} is {type(src).__name__}, not a split")
     return src.lengths
 
 
@@ -200,7 +200,8 @@ class FollowSplitStep(Step):
     def apply(self, state):
         _compute_stage(state, self.stage_id, "follow_split")
         src = _split_lengths(state, self.src_step_id, "follow_split")
-        check(1 <= self.n_split <= len(src), f"follow_split: n_split must be in 1..{len(src)}, got {self.n_split}")
+        check(1 <= self.n_split <= len(src),
+              lambda: f"follow_split: n_split must be in 1..{len(src)}, got {self.n_split}")
         rest = 1
         for x in src[self.n_split - 1:]:
             rest *= 1 if x is None else x
@@ -224,7 +225,8 @@ class FollowFusedSplitStep(Step):
         length = 1
         for sid in self.src_step_ids:
             src = _split_lengths(state, sid, "follow_fused_split")
-            check(0 <= self.level < len(src), f"follow_fused_split: level {self.level} out of range for step {sid}")
+            check(0 <= self.level < len(src),
+                  lambda: f"follow_fused_split: level {self.level} out of range for step {sid}")
             length *= 1 if src[self.level] is None else src[self.level]
         return _loop_change(state, self.stage_id,
                             LoopTransform("split", (self.iter_id, (length,), self.factor_or_nparts)), self)
@@ -275,7 +277,7 @@ class PragmaStep(Step):
     def apply(self, state):
         st = _compute_stage(state, self.stage_id, "pragma")
         check(self.auto_unroll_max_step >= 0,
-              f"pragma: auto_unroll_max_step must be >= 0, got {self.auto_unroll_max_step}")
+              lambda: f"pragma: auto_unroll_max_step must be >= 0, got {self.auto_unroll_max_step}")
         state = state.with_stage(self.stage_id, replace(st, auto_unroll_max_step=self.auto_unroll_max_step))
         return _finish(state, self)
 
@@ -302,21 +304,21 @@ class ComputeAtStep(Step):
     def apply(self, state):
         st = _compute_stage(state, self.stage_id, "compute_at")
         target = _compute_stage(state, self.target_stage_id, "compute_at")
-        check(self.stage_id != self.target_stage_id, f"compute_at: stage '{st.name}' into itself")
+        check(self.stage_id != self.target_stage_id, lambda: f"compute_at: stage '{st.name}' into itself")
         check(not state.dag.is_output(st.op) or st.origin != "op",
-              f"compute_at: '{st.name}' is an output of the DAG and must stay at root")
+              lambda: f"compute_at: '{st.name}' is an output of the DAG and must stay at root")
         check(0 <= self.target_iter_id < len(target.iters),
-              f"compute_at: stage '{target.name}' has no iterator {self.target_iter_id}")
+              lambda: f"compute_at: stage '{target.name}' has no iterator {self.target_iter_id}")
         check(self.target_stage_id not in _attached_below(state, self.stage_id),
-              f"compute_at: '{target.name}' is itself computed inside '{st.name}'")
+              lambda: f"compute_at: '{target.name}' is itself computed inside '{st.name}'")
         consumers = state.consumers(self.stage_id)
         inside = set(scope_stages(state, self.target_stage_id, self.target_iter_id)) - {self.stage_id}
         outside = [c for c in consumers if c != self.target_stage_id and c not in inside]
         check(self.target_stage_id in consumers or (consumers and not outside),
-              f"compute_at: stage '{target.name}' does not consume '{st.name}' "
+              lambda: f"compute_at: stage '{target.name}' does not consume '{st.name}' "
               f"(its consumers are {[state.raw_stages[c].name for c in consumers]})")
         check(not outside,
-              f"compute_at: '{st.name}' is also read by {[state.raw_stages[c].name for c in outside]}, "
+              lambda: f"compute_at: '{st.name}' is also read by {[state.raw_stages[c].name for c in outside]}, "
               f"which are not computed inside '{target.name}' at iterator {self.target_iter_id}")
         st = replace(st, compute_at="iter", attach=(self.target_stage_id, self.target_iter_id))
         state = replace(state.with_stage(self.stage_id, st), bounds_stale=True)
@@ -343,11 +345,11 @@ class ComputeInlineStep(Step):
 
     def apply(self, state):
         st = _compute_stage(state, self.stage_id, "compute_inline")
-        check(not st.reduce_axes, f"compute_inline: '{st.name}' is a reduction and cannot be inlined")
+        check(not st.reduce_axes, lambda: f"compute_inline: '{st.name}' is a reduction and cannot be inlined")
         check(not any(t.op is st.op for t in state.dag.tensors),
-              f"compute_inline: '{st.name}' is an argument of the kernel and must be stored")
+              lambda: f"compute_inline: '{st.name}' is an argument of the kernel and must be stored")
         check(not state.attached_to(self.stage_id),
-              f"compute_inline: stages {[state.raw_stages[c].name for c in state.attached_to(self.stage_id)]} "
+              lambda: f"compute_inline: stages {[state.raw_stages[c].name for c in state.attached_to(self.stage_id)]} "
               f"are computed inside '{st.name}'")
         state = state.with_stage(self.stage_id, replace(st, compute_at="inline", attach=None))
         return _finish(state, self)
@@ -357,9 +359,9 @@ class ComputeInlineStep(Step):
 
 def _fresh_stage_check(state: State, index: int, what: str):
     st = _compute_stage(state, index, what)
-    check(not st.transforms, f"{what}: stage '{st.name}' already has loop transforms; apply {what} first")
-    check(not state.attached_to(index), f"{what}: stages are computed inside '{st.name}'")
-    check(st.compute_at == "root", f"{what}: stage '{st.name}' must be at root")
+    check(not st.transforms, lambda: f"{what}: stage '{st.name}' already has loop transforms; apply {what} first")
+    check(not state.attached_to(index), lambda: f"{what}: stages are computed inside '{st.name}'")
+    check(st.compute_at == "root", lambda: f"{what}: stage '{st.name}' must be at root")
     return st
 
 
@@ -402,12 +404,13 @@ class CacheReadStep(Step):
     def apply(self, state):
         st = state.raw_stages[state.stage_index(self.stage_id)]
         check(st.compute_at == "root" or st.is_placeholder,
-              f"cache_read: stage '{st.name}' is {'inlined' if st.compute_at == 'inline' else 'computed inside another'}"
-              "; only a tensor stored at root can be cached")
+              lambda: f"cache_read: stage '{st.name}' is "
+                      f"{'inlined' if st.compute_at == 'inline' else 'computed inside another'}"
+                      "; only a tensor stored at root can be cached")
         readers = state.readers(self.stage_id)
         check(len(self.reader_stage_ids) >= 1, "cache_read: needs at least one reader stage")
         for r in self.reader_stage_ids:
-            check(r in readers, f"cache_read: stage {r} does not read '{st.name}' "
+            check(r in readers, lambda: f"cache_read: stage {r} does not read '{st.name}' "
                                 f"(its readers are {[state.raw_stages[x].name for x in readers]})")
         tensor = st.op.output
         name = f"{st.name}.{self.scope}"
@@ -450,17 +453,17 @@ class RfactorStep(Step):
     def apply(self, state):
         st = _compute_stage(state, self.stage_id, "rfactor")
         check(st.compute_at == "root" and not state.attached_to(self.stage_id),
-              f"rfactor: stage '{st.name}' must be at root with nothing computed inside it")
+              lambda: f"rfactor: stage '{st.name}' must be at root with nothing computed inside it")
         body = st.body
-        check(isinstance(body, E.Reduce), f"rfactor: stage '{st.name}' is not a reduction")
+        check(isinstance(body, E.Reduce), lambda: f"rfactor: stage '{st.name}' is not a reduction")
         factor = st.iters[st.iter_index(self.iter_id)]
-        check(factor.kind == "reduce", f"rfactor: iterator '{factor.name}' is not a reduce iterator")
+        check(factor.kind == "reduce", lambda: f"rfactor: iterator '{factor.name}' is not a reduce iterator")
         space_iters = [it for it in st.iters if it.kind == "space"]
         for ax, value in zip(st.axes, st.axis_values):
             check(isinstance(value, E.Var) and any(value is it.var for it in space_iters),
-                  f"rfactor: the space axes of '{st.name}' must not be split or fused before rfactor")
+                  lambda: f"rfactor: the space axes of '{st.name}' must not be split or fused before rfactor")
         check(0 <= self.factor_iter_id <= len(st.axes),
-              f"rfactor: factor_iter_id must be in 0..{len(st.axes)}, got {self.factor_iter_id}")
+              lambda: f"rfactor: factor_iter_id must be in 0..{len(st.axes)}, got {self.factor_iter_id}")
         main, rf = _SHARED.get((st.op, st.body, st.loops) + tuple(st.axes),
                                ("rfactor", self.iter_id, self.factor_iter_id, st.region_guard_specs),
                                lambda: _rfactor_stages(st, factor, self.factor_iter_id))

@@ -21,6 +21,7 @@ from evolution.evolve import fewer_gc_passes
 from evolution.genes import sketch_length
 from evolution.mutation import MutationContext, cpu_mutations
 from ir import bounds, layout, stage, steps
+from ir import state as ir_state
 from ir.frozen import replace
 from ir.steps import CacheReadStep, CacheWriteStep, RfactorStep, SplitStep
 
@@ -60,6 +61,7 @@ def clear_shared_memos() -> None:
     steps._SHARED.entries.clear()
     layout._PLANS.entries.clear()
     layout._READS.entries.clear()
+    ir_state._READS.entries.clear()
 
 
 def replay_alone(dag, program_steps) -> ir.State:
