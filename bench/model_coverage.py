@@ -168,9 +168,10 @@ def _tune(row: dict, part, inputs, want, minutes: float, directory: str) -> None
     with the records database the child was given), then check and time its tuned programs.
     onnxruntime and OpenVINO ran minutes ago: their idle threads sleep by now."""
     import autosched
+    from autosched.cli import TRIALS_WITHIN_MINUTES
     log = os.path.join(directory, "tuned.json")
     t0 = time.perf_counter()
-    result = autosched.tune_networks([part], trials=10**6, time_budget_s=60.0 * minutes, log_file=log)
+    result = autosched.tune_networks([part], trials=TRIALS_WITHIN_MINUTES, time_budget_s=60.0 * minutes, log_file=log)
     executor = result.executor(0)
     ours_ms = 1e3 * executor.benchmark(*inputs, repeat=5, min_repeat_ms=TIMING_MS)["median"]
     row.update(tune_s=time.perf_counter() - t0, tuned_trials=result.trials,
