@@ -7,7 +7,9 @@ DistilBertModel, GPT2Model and ViTModel (default configurations, random weights;
 sequence 128), all exported by PyTorch's exporter (``--exporter torchscript``, i.e.
 ``dynamo=False``, opset 17; or ``--exporter dynamo``), and every ``light_*.onnx`` of the
 onnx wheel (random weights). Each model runs in a child process with a time and memory
-limit, so that one failure or hang never stops the bench. Per model one JSON row:
+limit, so that one failure or hang never stops the bench; the export runs in a child of its own
+first (the exporter's memory is freed before the model is imported: a model with 2.5 GB of
+weights needs both), and the timed run's two children read its one file. Per model one JSON row:
 
 - ``imports``: ``from_onnx`` and ``partition`` succeed (else ``error``: the first line of why);
 - ``matches_onnxruntime``: the largest error of any output relative to its largest
@@ -117,18 +119,18 @@ def _openvino(path: str):
     return lambda *arrays: request.infer(list(arrays))
 
 
-def measure(row: dict, exporter: str, import_only: bool, timed: bool, zero_trial: bool = True,
+def measure(row: dict, path: str, exporter: str, import_only: bool, timed: bool, zero_trial: bool = True,
             tune_minutes: float | None = None) -> None:
-    """Fill in one model's ``row`` (in the child process; an exception leaves what was found).
-    Without ``zero_trial`` the programs are default schedules (the smoke run's seconds); with
-    ``tune_minutes`` the model is then tuned that long and its tuned programs timed too."""
+    """Fill in the ``row`` of the model in the ONNX file ``path`` (in the child process; an
+    exception leaves what was found). Without ``zero_trial`` the programs are default schedules
+    (the smoke run's seconds); with ``tune_minutes`` the model is then tuned that long and its
+    tuned programs timed too."""
     import warnings
     from autosched import graph as G
     from autosched.graph.onnx_baselines import seconds_per_call
     name = row["workload"]
     row.update(exporter=None if name.startswith("light_") else exporter, imports=False)
     with tempfile.TemporaryDirectory(prefix="model_coverage_") as tmp:
-        path = model_file(name, exporter, tmp)
         t0 = time.perf_counter()
         graph = G.from_onnx(path, name=name)
         part = G.partition(graph)
@@ -187,39 +189,68 @@ def _limit_memory(gigabytes: float):
     return apply
 
 
-def run_child(name: str, args, records_db: str | None, import_only: bool, tune_minutes: float | None = None) -> dict:
-    """The row of ``name`` from a child process under ``--timeout`` (plus the tuning's minutes)
-    and ``--memory-gb``; a crash, a timeout or a memory-limit hit is a row with the reason."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--exporter", args.exporter]
-    cmd += ["--import-only"] if import_only else []
-    cmd += ["--time"] if args.time else []
-    cmd += ["--default-schedules"] if args.default_schedules else []
-    cmd += ["--tune-minutes", str(tune_minutes)] if tune_minutes else []
-    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), AUTOSCHED_RECORDS_DB=records_db or "off")
+def _run(cmd: list[str], args, env: dict, timeout: float) -> dict:
+    """The last JSON line a child process prints, under ``timeout`` and ``--memory-gb``; a
+    crash, a timeout or a memory-limit hit is ``{"error": why}``."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 90 * (tune_minutes or 0),
-                              env=env,
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                               preexec_fn=_limit_memory(args.memory_gb))
     except subprocess.TimeoutExpired:
-        return {"workload": name, "imports": False, "error": f"timed out after {args.timeout} s"}
+        return {"error": f"timed out after {timeout:g} s"}
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if lines:
         return json.loads(lines[-1])
     tail = [ln for ln in done.stderr.splitlines() if ln.strip()][-1:] or [f"exit code {done.returncode}"]
     memory = "MemoryError" in done.stderr or "Cannot allocate memory" in done.stderr
-    return {"workload": name, "imports": False,
-            "error": f"memory limit of {args.memory_gb} GiB hit" if memory else tail[0][:300]}
+    return {"error": f"memory limit of {args.memory_gb} GiB hit" if memory else tail[0][:300]}
+
+
+def run_export(name: str, args, directory: str) -> dict:
+    """``{"path": file}``: the ONNX file of ``name`` written in ``directory`` by a child process
+    (under ``--timeout`` and ``--memory-gb``), or ``{"error": "export: why"}``."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--exporter", args.exporter,
+           "--export-to", directory]
+    done = _run(cmd, args, dict(os.environ, OMP_NUM_THREADS=str(THREADS)), args.timeout)
+    return done if "path" in done else {"error": f"export: {done.get('error')}"}
+
+
+def run_child(name: str, path: str, args, records_db: str | None, import_only: bool,
+              tune_minutes: float | None = None) -> dict:
+    """The row of the model ``name`` in the ONNX file ``path``, from a child process under
+    ``--timeout`` (plus the tuning's minutes) and ``--memory-gb``; a crash, a timeout or a
+    memory-limit hit is a row with the reason."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--exporter", args.exporter,
+           "--model-file", path]
+    cmd += ["--import-only"] if import_only else []
+    cmd += ["--time"] if args.time else []
+    cmd += ["--default-schedules"] if args.default_schedules else []
+    cmd += ["--tune-minutes", str(tune_minutes)] if tune_minutes else []
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), AUTOSCHED_RECORDS_DB=records_db or "off")
+    row = _run(cmd, args, env, args.timeout + 90 * (tune_minutes or 0))
+    return row if "workload" in row else {"workload": name, "imports": False, **row}
+
+
+def _reason(err: Exception) -> str:
+    """An exception in one line: its type and the first four lines of its message."""
+    lines = str(err).strip().splitlines()
+    return (f"{type(err).__name__}: " + " / ".join(ln.strip() for ln in lines[:4]))[:600]
 
 
 def child(args) -> None:
-    """Measure one model here and print its row (an error as a row too)."""
+    """Export one model (``--export-to``: print its file) or measure it here and print its row
+    (an error as a row too)."""
+    if args.export_to:
+        try:
+            print(json.dumps({"path": model_file(args.child, args.exporter, args.export_to)}), flush=True)
+        except Exception as err:  # noqa: BLE001 - any failure is the row's finding
+            print(json.dumps({"error": _reason(err)}), flush=True)
+        return
     row = {"workload": args.child}
     try:
-        measure(row, args.exporter, args.import_only, args.time, zero_trial=not args.default_schedules,
-                tune_minutes=args.tune_minutes)
+        measure(row, args.model_file, args.exporter, args.import_only, args.time,
+                zero_trial=not args.default_schedules, tune_minutes=args.tune_minutes)
     except Exception as err:  # noqa: BLE001 - any failure is the row's finding
-        lines = str(err).strip().splitlines()
-        row["error"] = (f"{type(err).__name__}: " + " / ".join(ln.strip() for ln in lines[:4]))[:600]
+        row["error"] = _reason(err)
     print(json.dumps(row), flush=True)
 
 
@@ -248,6 +279,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
     parser.add_argument("--memory-gb", type=float, default=12.0, help="address-space limit per model")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--export-to", help=argparse.SUPPRESS)
+    parser.add_argument("--model-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.default_schedules = args.default_schedules or args.smoke
     if args.child:
@@ -258,10 +291,14 @@ def main(argv=None) -> int:
     rows = []
     for name in names:
         with tempfile.TemporaryDirectory(prefix="model_coverage_") as tmp:
-            db = os.path.join(tmp, "records.db") if args.time else args.records_db
-            row = run_child(name, args, db, args.import_only, tune_minutes=args.tune_minutes)
+            exported = run_export(name, args, tmp)
+            if "path" not in exported:
+                row = {"workload": name, "imports": False, **exported}
+            else:
+                db = os.path.join(tmp, "records.db") if args.time else args.records_db
+                row = run_child(name, exported["path"], args, db, args.import_only, tune_minutes=args.tune_minutes)
             if args.time and not args.default_schedules and row.get("imports") and "error" not in row:
-                warm = run_child(name, args, db, False)
+                warm = run_child(name, exported["path"], args, db, False)
                 for key in ("s", "search_s", "searched", "remembered"):
                     row[f"zero_trial_warm_{key}"] = warm.get(f"zero_trial_{key}")
         row["matches"] = None if args.import_only else all(

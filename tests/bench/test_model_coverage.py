@@ -29,11 +29,26 @@ def test_smoke_run_matches_onnxruntime(capsys):
         assert r["tasks"] > 0 and r["programs"] == "default" and r["default_ms"] > 0 and r["onnxruntime_ms"] > 0
 
 
-def test_a_failing_model_is_a_row():
-    args = types.SimpleNamespace(exporter="torchscript", time=False, default_schedules=True, timeout=120,
+def _args():
+    return types.SimpleNamespace(exporter="torchscript", time=False, default_schedules=True, timeout=120,
                                  memory_gb=8.0)
-    row = model_coverage.run_child("light_no_such_model", args, None, import_only=True)
-    assert row["imports"] is False and "no light model 'no_such_model'" in row["error"]
+
+
+def test_a_model_that_fails_to_export_is_a_row(capsys):
+    exported = model_coverage.run_export("light_no_such_model", _args(), "unused")
+    assert list(exported) == ["error"]
+    assert exported["error"].startswith("export: ValueError: no light model 'no_such_model'")
+    assert model_coverage.main(["--models", "light_no_such_model", "--import-only"]) == 1
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"][0]
+    assert row["imports"] is False and row["error"].startswith("export: ") and "no_such_model" in row["error"]
+
+
+def test_a_model_that_fails_to_import_is_a_row(tmp_path):
+    """The exported file is measured in a second child: a file that is no ONNX model is its row's error."""
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    row = model_coverage.run_child("bad", str(bad), _args(), None, import_only=True)
+    assert row["workload"] == "bad" and row["imports"] is False and row["error"]
 
 
 def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypatch, capsys):
@@ -41,7 +56,8 @@ def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypat
     seconds and counts, the second run's as ``zero_trial_warm_*``."""
     calls = []
 
-    def child(name, args, records_db, import_only, tune_minutes=None):
+    def child(name, path, args, records_db, import_only, tune_minutes=None):
+        assert path == "m.onnx"                              # the one export, read by both runs
         calls.append(records_db)
         warm = len(calls) == 2
         return {"workload": name, "imports": True, "matches_onnxruntime": 0.0, "vs_onnxruntime": 1.0,
@@ -49,6 +65,7 @@ def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypat
                 "zero_trial_searched": 0 if warm else 7, "zero_trial_remembered": 7 if warm else 0}
 
     monkeypatch.setattr(model_coverage, "run_child", child)
+    monkeypatch.setattr(model_coverage, "run_export", lambda name, args, directory: {"path": "m.onnx"})
     assert model_coverage.main(["--models", "m", "--time"]) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"][0]
     assert calls[0] is not None and calls[0] == calls[1]   # one database, shared by the two runs
