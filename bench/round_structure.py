@@ -15,7 +15,11 @@ counted and grouped by
   extent 1 change the lowered index expressions: a template built from one lowered
   representative holds only for programs with the same ones);
 - ``nest_shapes``: distinct lowered loop nests with every number blanked out (what such
-  a template would have to match).
+  a template would have to match);
+- ``nest_structures``: root loop nests (the feature cache's unit) by their root stage and
+  the steps on their stages with tile lengths and the unroll value left out (the unit of a
+  template parametric in both), and ``nests_per_structure``, the nests of the round's
+  programs per such structure.
 
     python bench/round_structure.py [--workloads GMM-1x512x512x512 C2D-1x14x14x256x256-k3s1p1 ...]
 """
@@ -27,6 +31,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (sets the benchmark environment first)
@@ -36,9 +41,9 @@ import ir  # noqa: E402
 from autosched import ops  # noqa: E402
 from autosched.history.base_model import load_base_model  # noqa: E402
 from evolution import SearchParams, SketchPolicy  # noqa: E402
-from evolution.features import _lowering  # noqa: E402
+from evolution.features import feature_lowering  # noqa: E402
 from evolution.genes import sketch_length, split_parts  # noqa: E402
-from ir.steps import PragmaStep, SplitStep  # noqa: E402
+from ir.steps import ComputeInlineStep, PragmaStep, SplitStep, stage_names_along  # noqa: E402
 
 DEFAULT_WORKLOADS = ["GMM-1x512x512x512", "C2D-1x14x14x256x256-k3s1p1", "DEP-1x14x14x512-k3s2p1", "NRM-1x1024x1024"]
 SMOKE_WORKLOADS = ["GMM-1x128x128x128"]
@@ -70,9 +75,36 @@ def structure_keys(state: ir.State, sketches) -> tuple[tuple, tuple, tuple]:
     return key, any_unroll, key + (ones,)
 
 
+def nest_keys(state: ir.State) -> set[tuple]:
+    """A key per root loop nest of ``state``: its root stage and the steps on the stages it
+    holds (attached ones included), split lengths and the unroll value blanked; inlining
+    steps belong to every nest (an inlined stage is read where it is used)."""
+    stages = state.stages
+    root_of = {}
+    for st in stages:
+        if st.is_placeholder or st.compute_at == "inline":
+            continue
+        root = st
+        while root.compute_at == "iter":
+            root = stages[root.attach[0]]
+        root_of[st.name] = root.name
+    steps: dict[str, list] = {name: [] for name in set(root_of.values())}
+    shared = []
+    for step, name in zip(state.steps, stage_names_along(state.dag, state.steps)):
+        if isinstance(step, SplitStep):
+            step = replace(step, lengths=(None,) * len(step.lengths))
+        elif isinstance(step, PragmaStep):
+            step = replace(step, auto_unroll_max_step=0)
+        if isinstance(step, ComputeInlineStep) or name not in root_of:
+            shared.append(step)
+        else:
+            steps[root_of[name]].append(step)
+    return {(name, tuple(shared), tuple(own)) for name, own in steps.items()}
+
+
 def nest_shape(task, state: ir.State) -> str:
     """The lowered root nests of ``state`` with every number blanked."""
-    lowering = _lowering(task, state, bool(getattr(task, "layout_rewrite", False)), False)
+    lowering = feature_lowering(task, state, bool(getattr(task, "layout_rewrite", False)), False)
     text = "".join(str(lowering.stage_nest(i)) for i, st in enumerate(state.stages)
                    if not st.is_placeholder and st.compute_at == "root")
     return re.sub(r"\d+", "#", text)
@@ -98,9 +130,11 @@ def one_round(name: str, population: int, generations: int, seed: int, base_mode
         for counter, key in zip(groups, structure_keys(s, policy.sketches)):
             counter[key] += 1
     shapes = {nest_shape(task, s) for s in programs}
+    nests = collections.Counter(key for s in programs for key in nest_keys(s))
     sizes = sorted(groups[0].values(), reverse=True)
     return dict(programs=len(programs), sketches=len(policy.sketches), structures=len(groups[0]),
                 structures_any_unroll=len(groups[1]), structures_ones=len(groups[2]), nest_shapes=len(shapes),
+                nest_structures=len(nests), nests_per_structure=round(sum(nests.values()) / max(len(nests), 1), 1),
                 largest_structure=sizes[0] if sizes else 0,
                 programs_per_structure=round(len(programs) / max(len(groups[0]), 1), 1),
                 programs_per_structure_ones=round(len(programs) / max(len(groups[2]), 1), 1),
@@ -119,7 +153,8 @@ def main(argv=None) -> None:
     population, generations = (64, 1) if args.smoke else (args.population, args.generations)
     rows = []
     cols = ["programs", "sketches", "structures", "structures_any_unroll", "structures_ones", "nest_shapes",
-            "programs_per_structure", "programs_per_structure_ones", "round_s"]
+            "programs_per_structure", "programs_per_structure_ones", "nest_structures", "nests_per_structure",
+            "round_s"]
     if not args.json_only:
         print(f"one round, population {population}, {generations} generations, under the base model")
         print(f"{'workload':32s} " + " ".join(f"{c:>12s}" for c in cols))

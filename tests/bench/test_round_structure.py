@@ -59,11 +59,35 @@ def test_the_unroll_value_is_part_of_a_structure_only_where_asked():
     assert key != key2 and any_unroll == any_unroll2
 
 
+def test_a_nest_key_leaves_tile_lengths_and_the_unroll_value_out():
+    sketches, state = _program()
+    split_at = next(i for i, s in enumerate(state.steps)
+                    if isinstance(s, SplitStep) and split_parts(s) and 1 in split_parts(s)[1:])
+    step = state.steps[split_at]
+    parts = split_parts(step)
+    one = parts.index(1, 1)
+    src = next(i for i, p in enumerate(parts) if p % 2 == 0 and i != one)
+    moved = list(parts)
+    moved[src] //= 2
+    moved[one] *= 2
+    other = with_step(state, split_at, replace(step, lengths=lengths_from_parts(step, moved)))
+    pragma_at = next(i for i, s in enumerate(other.steps) if isinstance(s, PragmaStep))
+    pragma = other.steps[pragma_at]
+    other = with_step(other, pragma_at, replace(pragma, auto_unroll_max_step=pragma.auto_unroll_max_step + 1))
+    keys = round_structure.nest_keys(state)
+    roots = [st.name for st in state.stages if not st.is_placeholder and st.compute_at == "root"]
+    assert sorted(k[0] for k in keys) == sorted(roots)
+    assert round_structure.nest_keys(other) == keys
+    unannotated = ir.State.from_steps(state.dag, [s for s in state.steps if not isinstance(s, PragmaStep)])
+    assert round_structure.nest_keys(unannotated) != keys
+
+
 def test_a_smoke_round_counts_its_programs_by_structure():
     row = round_structure.one_round("GMM-1x128x128x128", population=32, generations=1, seed=0,
                                     base_model=SHIPPED_MODEL)
     assert row["programs"] >= row["structures_ones"] >= row["structures"] >= row["structures_any_unroll"] >= 1
     assert row["programs"] >= row["nest_shapes"] >= 1
     assert row["largest_structure"] * row["structures"] >= row["programs"]
+    assert row["nest_structures"] >= 1 and row["nests_per_structure"] >= 1
     assert row["sketches"] == len(sketch_rules.generate_sketches(
         ir.SearchTask(ir.ComputeDAG(ops.suite_workload("GMM-1x128x128x128").tensors))))
