@@ -80,14 +80,18 @@ def nest_keys(state: ir.State) -> set[tuple]:
     holds (attached ones included), split lengths and the unroll value blanked; inlining
     steps belong to every nest (an inlined stage is read where it is used)."""
     stages = state.stages
+    attached: dict[int, list[int]] = {}
+    for idx, st in enumerate(stages):
+        if st.compute_at == "iter":
+            attached.setdefault(st.attach[0], []).append(idx)
     root_of = {}
-    for st in stages:
-        if st.is_placeholder or st.compute_at == "inline":
-            continue
-        root = st
-        while root.compute_at == "iter":
-            root = stages[root.attach[0]]
-        root_of[st.name] = root.name
+    for idx, st in enumerate(stages):
+        if not st.is_placeholder and st.compute_at == "root":
+            todo = [idx]
+            while todo:
+                held = todo.pop()
+                root_of[stages[held].name] = st.name
+                todo += attached.get(held, [])
     steps: dict[str, list] = {name: [] for name in set(root_of.values())}
     shared = []
     for step, name in zip(state.steps, stage_names_along(state.dag, state.steps)):

@@ -30,8 +30,8 @@ def _program():
     raise AssertionError("no sampled program with an unroll pragma and an inner tile of 1")
 
 
-def test_programs_that_differ_in_tile_lengths_share_a_structure_not_their_ones():
-    sketches, state = _program()
+def _without_an_inner_one(state):
+    """``state`` with an inner tile length of 1 made 2 (a factor 2 moved from another level)."""
     at = next(i for i, s in enumerate(state.steps)
               if isinstance(s, SplitStep) and split_parts(s) and 1 in split_parts(s)[1:])
     step = state.steps[at]
@@ -40,9 +40,15 @@ def test_programs_that_differ_in_tile_lengths_share_a_structure_not_their_ones()
     src = next(i for i, p in enumerate(parts) if p % 2 == 0 and i != one)
     moved = list(parts)
     moved[src] //= 2
-    moved[one] *= 2  # the 1 becomes 2, the product stays
+    moved[one] *= 2
     other = with_step(state, at, replace(step, lengths=lengths_from_parts(step, moved)))
     assert other is not None
+    return other
+
+
+def test_programs_that_differ_in_tile_lengths_share_a_structure_not_their_ones():
+    sketches, state = _program()
+    other = _without_an_inner_one(state)
     key, any_unroll, ones = round_structure.structure_keys(state, sketches)
     key2, any_unroll2, ones2 = round_structure.structure_keys(other, sketches)
     assert key == key2 and any_unroll == any_unroll2
@@ -60,17 +66,8 @@ def test_the_unroll_value_is_part_of_a_structure_only_where_asked():
 
 
 def test_a_nest_key_leaves_tile_lengths_and_the_unroll_value_out():
-    sketches, state = _program()
-    split_at = next(i for i, s in enumerate(state.steps)
-                    if isinstance(s, SplitStep) and split_parts(s) and 1 in split_parts(s)[1:])
-    step = state.steps[split_at]
-    parts = split_parts(step)
-    one = parts.index(1, 1)
-    src = next(i for i, p in enumerate(parts) if p % 2 == 0 and i != one)
-    moved = list(parts)
-    moved[src] //= 2
-    moved[one] *= 2
-    other = with_step(state, split_at, replace(step, lengths=lengths_from_parts(step, moved)))
+    _, state = _program()
+    other = _without_an_inner_one(state)
     pragma_at = next(i for i, s in enumerate(other.steps) if isinstance(s, PragmaStep))
     pragma = other.steps[pragma_at]
     other = with_step(other, pragma_at, replace(pragma, auto_unroll_max_step=pragma.auto_unroll_max_step + 1))
