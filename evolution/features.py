@@ -862,8 +862,9 @@ def _identity(e):
     return e
 
 
-def _lowering(task, state, layout_rewrite: bool, simplify: bool):
-    """The lowering of ``state`` by ``task``'s back end (the cuda target's refuses a program
+def feature_lowering(task, state, layout_rewrite: bool, simplify: bool):
+    """The lowering the features read (public for the benches that look at what the features
+    see): ``state`` lowered by ``task``'s back end (the cuda target's refuses a program
     over the device's limits; a task-like object without a target: the CPU's); without
     ``simplify`` the final simplification of index and value expressions is skipped (3-4x
     faster): the features normalise affine forms themselves, and only op counts of index
@@ -957,7 +958,7 @@ class FeatureExtractor:
                 continue
             self.stats["misses"] += 1
             if lowering is None:
-                lowering = _lowering(task, state, layout, self.simplify)
+                lowering = feature_lowering(task, state, layout, self.simplify)
                 by_name = {st.name: st for st in stages if not st.is_placeholder}
             nest = lowering.stage_nest(idx)
             rows = nest_features(nest, by_name, line_bytes, gpu)
