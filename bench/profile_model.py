@@ -51,6 +51,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Table, bench_args, emit_json, fastest_in_turns  # noqa: E402
+import torch_models  # noqa: E402
 
 import autosched  # noqa: E402
 import ir  # noqa: E402
@@ -212,24 +213,6 @@ def ov_family(node_type: str, shapes: list) -> str:
 
 # the models -----------------------------------------------------------------------------------------
 
-def _torchvision():
-    """torchvision (and what imports it), importable against the CPU build of torch (its fake registrations need
-    torchvision::nms defined; the library object must stay alive)."""
-    import torch
-    global _TORCHVISION_SHIM
-    try:
-        torch.ops.torchvision.nms
-    except (AttributeError, RuntimeError):
-        _TORCHVISION_SHIM = torch.library.Library("torchvision", "DEF")
-        for op in ("nms", "qnms"):
-            _TORCHVISION_SHIM.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    import torchvision
-    return torchvision
-
-
-_TORCHVISION_SHIM = None
-
-
 def _export(module, example: tuple, names: list, path: str) -> None:
     import torch
     with warnings.catch_warnings(), torch.no_grad():
@@ -237,8 +220,17 @@ def _export(module, example: tuple, names: list, path: str) -> None:
         torch.onnx.export(module, example, path, opset_version=17, dynamo=False, input_names=names)
 
 
+def _torchvision_names() -> list[str]:
+    """torchvision's classifiers, none without torch and torchvision."""
+    try:
+        return torch_models.torchvision_names()
+    except ImportError:
+        return []
+
+
 def model_path(name: str, seed: int = 0) -> str:
-    """The ONNX file of ``name`` (exported once into bench/.cache/profile)."""
+    """The ONNX file of ``name`` (exported once into bench/.cache/profile): DistilBERT, a light
+    zoo model or any torchvision classifier (``TORCHVISION``: the ones profiled most)."""
     if name.startswith("light_"):
         path = os.path.join(CACHE, f"{name}_seed{seed}.onnx")
         if not os.path.exists(path):
@@ -246,25 +238,26 @@ def model_path(name: str, seed: int = 0) -> str:
             os.makedirs(CACHE, exist_ok=True)
             onnx.save(onnx_zoo.with_random_weights(onnx_zoo.light_model(name[len("light_"):]), seed), path)
         return path
-    if name not in TORCHVISION + TRANSFORMERS:
-        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(TORCHVISION + TRANSFORMERS)} "
-                         f"or light_NAME with NAME in {', '.join(onnx_zoo.light_model_names())}")
+    if name not in TORCHVISION + TRANSFORMERS and name not in _torchvision_names():
+        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(TORCHVISION + TRANSFORMERS)}, another "
+                         f"torchvision classifier (e.g. regnet_x_1_6gf) or light_NAME with NAME in "
+                         f"{', '.join(onnx_zoo.light_model_names())}")
     path = os.path.join(CACHE, f"{name}_seed{seed}.onnx")
     if os.path.exists(path):
         return path
     import torch
     os.makedirs(CACHE, exist_ok=True)
     torch.manual_seed(seed)
-    if name in TORCHVISION:
-        module = getattr(_torchvision().models, name)().eval()
-        _export(module, (torch.randn(1, 3, 224, 224),), ["input"], path)
-    else:
-        _torchvision()      # transformers imports torchvision when it is installed
+    if name in TRANSFORMERS:
+        torch_models.import_torchvision()      # transformers imports torchvision when it is installed
         from transformers import DistilBertConfig, DistilBertModel
         module = DistilBertModel(DistilBertConfig()).eval()
         # input_ids only: with an attention_mask the export holds And/IsNaN/Where, which the
         # importer does not convert (yet)
         _export(module, (torch.randint(0, 1000, (1, DISTILBERT_SEQUENCE)),), ["input_ids"], path)
+    else:
+        module, example = torch_models.torchvision_model(name, seed)
+        _export(module, example, ["input"], path)
     return path
 
 
@@ -585,7 +578,8 @@ def relative_error(got, want) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], parents=[bench_args()])
     parser.add_argument("--model", default=None,
-                        help=f"{', '.join(TORCHVISION + TRANSFORMERS)} or light_NAME (the onnx wheel's zoo models)")
+                        help=f"{', '.join(TORCHVISION + TRANSFORMERS)}, another torchvision classifier "
+                             "or light_NAME (the onnx wheel's zoo models)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=20, help="profiled runs of onnxruntime and OpenVINO")
     parser.add_argument("--repeat", type=int, default=5, help="timing repeats per kernel and end to end")

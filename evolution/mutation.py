@@ -21,7 +21,7 @@ from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeR
                       SplitStep, stage_names_along)
 from sketch_rules import analysis as A
 from sketch_rules import search_space
-from sketch_rules.annotation import compute_location_choices, divisors
+from sketch_rules.annotation import VECTOR_LANE_GROUP, compute_location_choices, divisors, off_grid_vector_loops
 
 from .genes import lengths_from_parts, replay, split_parts, with_step
 
@@ -48,9 +48,12 @@ def _tunable_splits(state: ir.State) -> list[int]:
             if isinstance(s, SplitStep) and split_parts(s) is not None and len(split_parts(s)) > 1]
 
 
-def mutate_tile_size(state: ir.State, rng: np.random.Generator, max_innermost: int = 64) -> ir.State | None:
+def mutate_tile_size(state: ir.State, rng: np.random.Generator, max_innermost: int = 64,
+                     vector_lane_group: int | None = None) -> ir.State | None:
     """Divide one tile level of a random split by a random divisor and multiply another
-    level by it (Ansor's tile size mutation): the product, so validity, is kept."""
+    level by it (Ansor's tile size mutation): the product, so validity, is kept. With a
+    ``vector_lane_group`` (the CPU's), a child with more vector loops of lengths the space
+    does not allow than its parent is no child (``_keeps_vector_lengths``)."""
     candidates = _tunable_splits(state)
     if not candidates:
         return None
@@ -71,15 +74,24 @@ def mutate_tile_size(state: ir.State, rng: np.random.Generator, max_innermost: i
         new[dst] *= factor
         if new[-1] > max_innermost:
             continue
-        return with_step(state, index, replace(step, lengths=lengths_from_parts(step, new)))
+        child = with_step(state, index, replace(step, lengths=lengths_from_parts(step, new)))
+        if child is None or _keeps_vector_lengths(state, child, vector_lane_group):
+            return child
     return None
 
 
+def _keeps_vector_lengths(parent: ir.State, child: ir.State, group: int | None) -> bool:
+    """Whether ``child`` has no more vector loops off the lane grid
+    (``sketch_rules.annotation.good_vector_length``) than ``parent``; always without a ``group``."""
+    return not group or off_grid_vector_loops(child, group) <= off_grid_vector_loops(parent, group)
+
+
 def mutate_tile_size_random_walk(state: ir.State, rng: np.random.Generator, q: float = 0.5,
-                                 max_innermost: int = 64) -> ir.State | None:
+                                 max_innermost: int = 64, vector_lane_group: int | None = None) -> ir.State | None:
     """OpEvo's q-random walk on the topology of factorisations: neighbours differ by one
     prime factor moved between two levels; keep walking with probability ``q``, so that
-    near factorisations are likelier than far ones."""
+    near factorisations are likelier than far ones. ``vector_lane_group``: as
+    ``mutate_tile_size``'s."""
     candidates = _tunable_splits(state)
     if not candidates:
         return None
@@ -106,7 +118,8 @@ def mutate_tile_size_random_walk(state: ir.State, rng: np.random.Generator, q: f
             break
     if not moved:
         return None
-    return with_step(state, index, replace(step, lengths=lengths_from_parts(step, parts)))
+    child = with_step(state, index, replace(step, lengths=lengths_from_parts(step, parts)))
+    return child if child is None or _keeps_vector_lengths(state, child, vector_lane_group) else None
 
 
 def mutate_auto_unroll(state: ir.State, rng: np.random.Generator, choices) -> ir.State | None:
@@ -238,12 +251,19 @@ class Mutation:
 
 
 class TileSizeMutation(Mutation):
+    """Another tile size (Ansor's, or OpEvo's random walk when ``ctx.random_walk_q`` is set);
+    ``vector_lane_group``: the CPU's, whose vector loops keep the lengths sampling allows."""
     name = "tile_size"
+
+    def __init__(self, weight: float, vector_lane_group: int | None = None):
+        super().__init__(weight)
+        self.vector_lane_group = vector_lane_group
 
     def apply(self, state, rng, ctx):
         if ctx.random_walk_q is not None:
-            return mutate_tile_size_random_walk(state, rng, ctx.random_walk_q, ctx.max_innermost)
-        return mutate_tile_size(state, rng, ctx.max_innermost)
+            return mutate_tile_size_random_walk(state, rng, ctx.random_walk_q, ctx.max_innermost,
+                                                self.vector_lane_group)
+        return mutate_tile_size(state, rng, ctx.max_innermost, self.vector_lane_group)
 
 
 class AutoUnrollMutation(Mutation):
@@ -269,7 +289,8 @@ class ParallelMutation(Mutation):
 
 def cpu_mutations() -> list[Mutation]:
     """Ansor's CPU mutations and weights (TVM auto_scheduler's SketchPolicy defaults)."""
-    return [TileSizeMutation(0.90), AutoUnrollMutation(0.04), ComputeLocationMutation(0.05), ParallelMutation(0.01)]
+    return [TileSizeMutation(0.90, VECTOR_LANE_GROUP), AutoUnrollMutation(0.04), ComputeLocationMutation(0.05),
+            ParallelMutation(0.01)]
 
 
 def gpu_mutations() -> list[Mutation]:

@@ -5,9 +5,10 @@ from .cpu_rules import (AddCacheReadPack, AddCacheWrite, AddRfactor, AlwaysInlin
                         MultiLevelTilingWithFusion, SimplifyComputeWithConstTensor, SkipStage, cpu_rules)
 from .gpu_rules import AddCacheReadShared, CrossThreadReduction, gpu_rules
 from .generate import generate_sketches, register_sketch_rule, rules_for, unregister_sketch_rule
-from .annotation import (AUTO_UNROLL_CHOICES_CPU, AUTO_UNROLL_CHOICES_GPU, ChangeComputeLocation, FillTileSize,
-                         InitRule, Parallel, Unroll, Vectorize, compute_location_candidates, compute_location_choices,
-                         cpu_init_rules, factorizations)
+from .annotation import (AUTO_UNROLL_CHOICES_CPU, AUTO_UNROLL_CHOICES_GPU, VECTOR_LANE_GROUP, ChangeComputeLocation,
+                         FillTileSize, InitRule, Parallel, Unroll, Vectorize, compute_location_candidates,
+                         compute_location_choices, cpu_init_rules, factorizations, good_vector_length,
+                         off_grid_vector_loops, vector_lengths)
 from .gpu_annotation import CheckGPULimits, FillTileSizeGPU, InitThreadBind, gpu_init_rules
 from .sampling import sample_programs
 from .spaces import SearchSpace, register_search_space, search_space

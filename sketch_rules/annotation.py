@@ -22,18 +22,76 @@ AUTO_UNROLL_CHOICES_GPU = (0, 16, 64, 512, 1024)
 
 
 @functools.lru_cache(maxsize=4096)
-def factorizations(extent: int, n: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+def factorizations(extent: int, n: int, max_innermost: int,
+                   innermost: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], ...]:
     """Every choice of ``n`` inner tile lengths whose product divides ``extent`` and whose
-    innermost length is at most ``max_innermost`` (the outer length is the quotient)."""
+    innermost length is at most ``max_innermost`` (and one of ``innermost`` when given, e.g.
+    ``vector_lengths``); the outer length is the quotient."""
     if n == 0:
         return ((),)
     out = []
     for first in divisors(extent):
-        for rest in factorizations(extent // first, n - 1, max_innermost):
-            if n == 1 and first > max_innermost:
-                continue
+        if n == 1 and (first > max_innermost or (innermost is not None and first not in innermost)):
+            continue
+        for rest in factorizations(extent // first, n - 1, max_innermost, innermost):
             out.append((first,) + rest)
     return tuple(out)
+
+
+#: float32 lanes of a 32-byte (ymm) register: a vector loop whose length is a multiple of it
+#: splits into whole registers on AVX2 (8 lanes) and AVX-512 (24 lanes: a zmm and a ymm)
+VECTOR_LANE_GROUP = 8
+
+
+def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP) -> bool:
+    """Whether a vectorised loop of ``length`` lanes over an axis of ``extent`` is one the CPU
+    search space allows: 1 (no vector: LLVM may still vectorise another loop), a multiple
+    of the lane ``group`` where ``group`` divides the extent, else a divisor of ``group`` (a
+    part of a register: 116 = 4 x 29 gets 1, 2 or 4 lanes). Odd widths (17 or 51 lanes of
+    408 = 8 x 51, 29 of 116) are left out: LLVM splits such a vector into whole registers
+    and a scalar remainder, and the base model, which saw few, ranked them first (RegNet's
+    408-channel convolutions at 9-15 GFLOPS, 24 lanes of the same space at 220)."""
+    if length == 1:
+        return True
+    return length % group == 0 if extent % group == 0 else group % length == 0
+
+
+@functools.lru_cache(maxsize=4096)
+def vector_lengths(extent: int, max_innermost: int, group: int = VECTOR_LANE_GROUP) -> tuple[int, ...]:
+    """The innermost tile lengths (at most ``max_innermost``) that a vectorised split of
+    ``extent`` may take (``good_vector_length``), ascending: 408 -> (1, 8, 24),
+    116 -> (1, 2, 4), 256 -> (1, 8, 16, 32, 64). What sampling (``FillTileSize``) and the
+    tile-size mutation obey."""
+    return tuple(d for d in divisors(extent) if d <= max_innermost and good_vector_length(d, extent, group))
+
+
+def vector_axis_extent(stage) -> int | None:
+    """The extent of the axis whose innermost tile is ``stage``'s last loop (a loop named
+    ``AXIS.k``: the last part of a split of space axis ``AXIS``), or None when its last loop
+    is no such tile (fused, reduce, unsplit)."""
+    if stage.is_placeholder or not stage.iters:
+        return None
+    last = stage.iters[-1]
+    axis, _, part = last.name.rpartition(".")
+    if last.kind != "space" or not part.isdigit():
+        return None
+    for d, var in enumerate(stage.axes):
+        if var.name == axis:
+            return int(stage.op.shape[d])
+    return None
+
+
+def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> int:
+    """How many vectorised loops of ``state`` tile an axis with a length that
+    ``good_vector_length`` rejects (the tile-size mutation makes no program with more of
+    them than its parent)."""
+    count = 0
+    for st in state.stages:
+        extent = vector_axis_extent(st)
+        if extent is not None and st.iters[-1].annotation == "vectorize" \
+                and not good_vector_length(st.iters[-1].extent, extent, group):
+            count += 1
+    return count
 
 
 @functools.lru_cache(maxsize=4096)
@@ -55,19 +113,40 @@ class InitRule:
 class FillTileSize(InitRule):
     """Choose every unchosen split's lengths uniformly among the exact factorisations of
     the loop's extent (innermost length at most ``max_innermost_split_factor``); splits
-    that follow them take their lengths from them on replay."""
+    that follow them take their lengths from them on replay. With a ``vector_lane_group``
+    (the CPU's), a split whose innermost part is its stage's last loop (what ``Vectorize``
+    vectorises) takes an innermost length of ``vector_lengths`` only."""
     name = "fill_tile_size"
+
+    def __init__(self, vector_lane_group: int | None = None):
+        self.vector_lane_group = vector_lane_group
 
     def apply(self, ctx, state, rng):
         limit = ctx.hardware.max_innermost_split_factor
+        vector_loops = self._vector_loops(state)
         current = ir.State.initial(state.dag)
         for step in state.steps:
             if isinstance(step, SplitStep) and any(x is None for x in step.lengths):
-                extent = current.stages[step.stage_id].iters[step.iter_id].extent
-                schemes = factorizations(extent, len(step.lengths), limit)
+                stage = current.stages[step.stage_id]
+                it = stage.iters[step.iter_id]
+                innermost = None
+                if (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer:
+                    # the vector length first, uniformly: by scheme, 1 lane would dominate
+                    # (408 = 8 x 51 has 45 schemes ending in 1 and 4 ending in 24)
+                    lengths = vector_lengths(it.extent, limit, self.vector_lane_group)
+                    innermost = (lengths[int(rng.integers(len(lengths)))],)
+                schemes = factorizations(it.extent, len(step.lengths), limit, innermost)
                 step = replace(step, lengths=schemes[int(rng.integers(len(schemes)))])
             current = current.apply(step)
         return current
+
+    def _vector_loops(self, sketch: ir.State) -> set[tuple[str, str]]:
+        """(stage, loop) names of the sketch's last loops that tile a space axis and that
+        ``Vectorize`` will vectorise (not unrolled): none without a lane group."""
+        if not self.vector_lane_group:
+            return set()
+        return {(st.name, st.iters[-1].name) for st in sketch.stages
+                if vector_axis_extent(st) is not None and st.iters[-1].annotation == "none"}
 
 
 class ChangeComputeLocation(InitRule):
@@ -220,8 +299,13 @@ class Vectorize(InitRule):
     ``max_vectorize_size`` (not across an attach point, an annotated or reduce loop, and
     only one loop in a tiled stage, whose inner two loops are not contiguous together);
     vectorise a random number of them, from one to all, never a vector of one lane where
-    more loops would give a longer one."""
+    more loops would give a longer one. With a ``vector_lane_group`` (the CPU's), a tile of
+    a length ``good_vector_length`` rejects (a consumer tiled like its producer: 2 x 17 lanes
+    of 408 channels) stays a plain loop, for LLVM to vectorise or not."""
     name = "vectorize"
+
+    def __init__(self, vector_lane_group: int | None = None):
+        self.vector_lane_group = vector_lane_group
 
     def apply(self, ctx, state, rng):
         limit = ctx.hardware.max_vectorize_size
@@ -243,7 +327,7 @@ class Vectorize(InitRule):
                 if prod > limit:
                     break
                 n += 1
-            if n == 0:
+            if n == 0 or (tiled and not self._good_length(st)):
                 continue
             if n > 1:   # how many: any, except those of one lane (scalar code) where more are possible
                 lanes = [k for k in range(1, n + 1)
@@ -255,7 +339,13 @@ class Vectorize(InitRule):
             state = state.vectorize(stage_id, positions[0])
         return state
 
+    def _good_length(self, stage) -> bool:
+        extent = vector_axis_extent(stage)
+        return not self.vector_lane_group or extent is None or \
+            good_vector_length(stage.iters[-1].extent, extent, self.vector_lane_group)
+
 
 def cpu_init_rules() -> list[InitRule]:
     """Ansor's initial-population rules for CPU, in order."""
-    return [FillTileSize(), ChangeComputeLocation(), Parallel(), Unroll(), Vectorize()]
+    return [FillTileSize(VECTOR_LANE_GROUP), ChangeComputeLocation(), Parallel(), Unroll(),
+            Vectorize(VECTOR_LANE_GROUP)]

@@ -108,7 +108,8 @@ def test_policy_is_deterministic_for_a_seed():
 
 
 def test_policy_never_proposes_a_measured_program_and_improves():
-    proposed, best = run_policy(seed=1, rounds=4)
+    # seed 3: a first batch that is not already the best of the space (seed 1's is)
+    proposed, best = run_policy(seed=3, rounds=4)
     flat = [p for batch in proposed for p in batch]
     assert len(flat) == len(set(flat))
     assert best[-1] < best[0]
