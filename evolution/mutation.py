@@ -320,6 +320,12 @@ def mutations_for(task) -> list[Mutation]:
     return _MUTATIONS[space]()
 
 
+def vector_lane_group(task) -> int | None:
+    """The lane group whose grid the vector loops of ``task``'s programs keep: its search
+    space's tile-size mutation's (None where the space has no such rule, e.g. the GPU's)."""
+    return next((m.vector_lane_group for m in mutations_for(task) if isinstance(m, TileSizeMutation)), None)
+
+
 def mutation_names() -> set[str]:
     """The names of the mutations of every search space."""
     return {m.name for make in _MUTATIONS.values() for m in make()}

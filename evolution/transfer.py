@@ -20,29 +20,34 @@ import ir
 from ir.loops import LEAKS, check
 from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FollowFusedSplitStep,
                       FollowSplitStep, PragmaStep, SplitStep)
-from sketch_rules.annotation import factorizations
+from sketch_rules.annotation import factorizations, off_grid_vector_loops, vector_lengths
+
+from .mutation import vector_lane_group
 
 #: steps that only place a stage or annotate a loop: a program stays valid without them
 DROPPABLE = (AnnotationStep, PragmaStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep)
 
 
 @functools.lru_cache(maxsize=1024)
-def _log_factorizations(extent: int, n: int, max_innermost: int) -> tuple[tuple, np.ndarray]:
-    """The factorisations of ``extent`` (``n`` lengths) and the logs of their levels, the
-    outer one (the quotient) first."""
-    schemes = factorizations(extent, n, max_innermost)
+def _log_factorizations(extent: int, n: int, max_innermost: int, group: int | None) -> tuple[tuple, np.ndarray]:
+    """The factorisations of ``extent`` (``n`` lengths; with a lane ``group``, innermost
+    lengths on its grid only: ``vector_lengths``) and the logs of their levels, the outer one
+    (the quotient) first."""
+    innermost = vector_lengths(extent, max_innermost, group) if group else None
+    schemes = factorizations(extent, n, max_innermost, innermost)
     parts = np.asarray(schemes, dtype=np.float64).reshape(len(schemes), n)
     return schemes, np.log(np.column_stack([extent / parts.prod(axis=1), parts]))
 
 
 def nearest_factorization(lengths, extent: int, max_innermost: int,
-                          source_extent: int | None = None) -> tuple[int, ...] | None:
+                          source_extent: int | None = None, group: int | None = None) -> tuple[int, ...] | None:
     """The split lengths for a loop of ``extent`` nearest to ``lengths`` (of a loop of
     ``source_extent``: its outer part is compared too), by the sum over levels of
     |log new − log old| (the first of equals), among the exact factorisations with an
-    innermost length of at most ``max_innermost``; None if there is none."""
+    innermost length of at most ``max_innermost`` (and on the lane ``group``'s grid when
+    given); None if there is none."""
     n = len(lengths)
-    schemes, logs = _log_factorizations(int(extent), n, int(max_innermost))
+    schemes, logs = _log_factorizations(int(extent), n, int(max_innermost), group)
     if not schemes:
         return None
     inner = [max(1, x or 1) for x in lengths]
@@ -80,8 +85,22 @@ def adapt_program(program: ir.State, task: ir.SearchTask) -> ir.State | None:
     """``program`` (a State of another DAG of the same operator family) as a program of
     ``task``: its steps replayed on ``task.dag`` with every split's lengths fitted to this
     DAG's extents (``nearest_factorization``), placement and annotation steps that no longer
-    apply dropped. None when a step that shapes the loops or stages does not apply, or the
-    result breaks the task's device limits."""
+    apply dropped. A fit that leaves more vector loops off the lane grid than ``program``
+    has (16 lanes fitted to 408 = 8 x 51 channels: 17; ``good_vector_length``) is made again
+    with every split's innermost length on the grid. None when a step that shapes the loops
+    or stages does not apply, or the result breaks the task's device limits or the grid."""
+    group = vector_lane_group(task)
+    state = _fitted(program, task, None)
+    if state is not None and group and off_grid_vector_loops(state, group) > off_grid_vector_loops(program, group):
+        state = _fitted(program, task, group)
+        if state is not None and off_grid_vector_loops(state, group) > off_grid_vector_loops(program, group):
+            return None
+    return state
+
+
+def _fitted(program: ir.State, task: ir.SearchTask, group: int | None) -> ir.State | None:
+    """``program``'s steps replayed on ``task.dag``, splits fitted (innermost lengths on the
+    lane ``group``'s grid when given), as ``adapt_program`` says."""
     max_innermost = task.hardware.max_innermost_split_factor
     state = ir.State.initial(task.dag)
     new_index: dict[int, int] = {}
@@ -92,7 +111,7 @@ def adapt_program(program: ir.State, task: ir.SearchTask) -> ir.State | None:
         try:
             if isinstance(step, SplitStep) and all(x is not None for x in step.lengths):
                 lengths = nearest_factorization(step.lengths, _split_extent(state, step), max_innermost,
-                                                step.extent if isinstance(step.extent, int) else None)
+                                                step.extent if isinstance(step.extent, int) else None, group)
                 if lengths is None:
                     return None
                 step = replace(step, lengths=tuple(lengths), extent=None)

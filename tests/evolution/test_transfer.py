@@ -78,6 +78,8 @@ def test_nearest_factorization():
     assert nearest_factorization((2, 128), 256, 64) == (2, 64)      # innermost capped
     got = nearest_factorization((3, 5, 2), 96, 16)
     assert 96 % int(np.prod(got)) == 0 and got[-1] <= 16
+    assert nearest_factorization((1, 16), 408, 64) == (1, 17)             # the nearest is an odd width
+    assert nearest_factorization((1, 16), 408, 64, group=8) == (1, 24)     # on the 8-lane grid
 
 
 class KeyModel:
@@ -122,3 +124,21 @@ def test_a_round_can_use_its_own_search_params():
     model.calls.clear()
     policy.next_batch(4)
     assert len(model.calls) == own.generations + 1
+
+
+def test_adapted_programs_keep_vector_loops_on_the_lane_grid(monkeypatch):
+    """Fitted to 408 = 8 x 51 channels, a 16-, 32- or 64-lane vector would become 17, 34 or 51
+    lanes, which the CPU space leaves out (``good_vector_length``): such programs are not
+    carried over; without the rule some would be."""
+    from evolution import transfer
+    from sketch_rules.annotation import off_grid_vector_loops
+    source = task_of(ops.workload("conv2d", 1, 8, 8, 32, 64, 1, layout="NHWC"))
+    dest_w = ops.workload("conv2d", 1, 7, 7, 24, 408, 1, layout="NHWC")
+    dest = task_of(dest_w)
+    programs = sampled(source, 24)
+    assert all(off_grid_vector_loops(p) == 0 for p in programs)
+    adapted = adapt_programs(programs, dest)
+    assert adapted and all(off_grid_vector_loops(a) == 0 for a in adapted)
+    check_computes(dest_w, dest, adapted[0])
+    monkeypatch.setattr(transfer, "vector_lane_group", lambda task: None)
+    assert any(off_grid_vector_loops(a) for a in adapt_programs(programs, dest))
