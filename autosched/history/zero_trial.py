@@ -40,8 +40,9 @@ from .records import KIND, RECORD_VERSION, nested_tuples, replay_checked, steps_
 ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_population=64, islands=1)
 #: the version of the zero-trial search: raise it when the search picks other programs for
 #: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again);
-#: 2: the shipped base model learnt the measured picks of its predecessor
-SEARCH_VERSION = 2
+#: 2: the shipped base model learnt the measured picks of its predecessor; 3: it learnt
+#: transformer dense layers over prime token counts (and its own picks for them)
+SEARCH_VERSION = 3
 #: the kind of the records database's lines that remember zero-trial programs
 ENTRY_KIND = "zero_trial"
 
