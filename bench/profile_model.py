@@ -3,16 +3,18 @@ onnxruntime's per-node profile and OpenVINO's performance counters, by operator 
 
     python bench/profile_model.py --model mobilenet_v3_large
     python bench/profile_model.py --model distilbert --probe-tasks 3 --probe-trials 32
+    python bench/profile_model.py --model vit_b_16
     python bench/profile_model.py --model light_resnet50
     python bench/profile_model.py --smoke
     # the search niced outside the heavy lock, the timings under it:
     nice python bench/profile_model.py --model resnet50 --programs r50.json --search-only
     flock /tmp/autosched-heavy.lock python bench/profile_model.py --model resnet50 --programs r50.json
 
-The model is exported as users export it: a torchvision classifier (random weights, seeded)
-or Hugging Face's ``DistilBertModel`` (default config, sequence 128) through
-``torch.onnx.export(..., opset_version=17, dynamo=False)`` at batch 1, or an ONNX zoo
-architecture from the onnx wheel (``light_*``, random weights). It is imported with
+The model is exported as users export it, as ``bench/model_coverage.py`` exports it: any
+torchvision classifier (random weights, seeded) or one of the Hugging Face models of
+``bench/torch_models.py`` (BERT, RoBERTa, DistilBERT, GPT-2, ViT; default config, sequence
+128) through ``torch.onnx.export(..., opset_version=17, dynamo=False)`` at batch 1, or an ONNX
+zoo architecture from the onnx wheel (``light_*``, random weights). It is imported with
 ``autosched.graph.from_onnx``, partitioned, and every task gets its zero-trial program (timed
 per task; a cProfile of the searches that took longest says where the search time goes);
 the rest of the kernels run default schedules. Printed, all from one run:
@@ -66,9 +68,8 @@ from evolution import SearchParams  # noqa: E402
 
 THREADS = 2
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache", "profile")
-TORCHVISION = ("resnet50", "mobilenet_v3_large", "convnext_tiny", "efficientnet_b0")
-TRANSFORMERS = ("distilbert",)
-DISTILBERT_SEQUENCE = 128
+#: a few of the models (the help's examples)
+EXAMPLE_MODELS = ("resnet50", "mobilenet_v3_large", "convnext_tiny", "vit_b_16")
 
 # operator families: one vocabulary for the three engines ----------------------------------------------
 
@@ -213,51 +214,35 @@ def ov_family(node_type: str, shapes: list) -> str:
 
 # the models -----------------------------------------------------------------------------------------
 
-def _export(module, example: tuple, names: list, path: str) -> None:
-    import torch
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, example, path, opset_version=17, dynamo=False, input_names=names)
-
-
-def _torchvision_names() -> list[str]:
-    """torchvision's classifiers, none without torch and torchvision."""
+def model_names() -> list[str]:
+    """The models this bench exports: torchvision's classifiers and the transformers models of
+    ``bench/torch_models.py`` (those of ``bench/model_coverage.py``), empty without torch."""
     try:
-        return torch_models.torchvision_names()
+        return torch_models.torchvision_names() + list(torch_models.TRANSFORMERS)
     except ImportError:
         return []
 
 
 def model_path(name: str, seed: int = 0) -> str:
-    """The ONNX file of ``name`` (exported once into bench/.cache/profile): DistilBERT, a light
-    zoo model or any torchvision classifier (``TORCHVISION``: the ones profiled most)."""
+    """The ONNX file of ``name`` (exported once into bench/.cache/profile, as
+    ``bench/model_coverage.py`` exports it)."""
+    path = os.path.join(CACHE, f"{name}_seed{seed}.onnx")
     if name.startswith("light_"):
-        path = os.path.join(CACHE, f"{name}_seed{seed}.onnx")
         if not os.path.exists(path):
             import onnx
             os.makedirs(CACHE, exist_ok=True)
             onnx.save(onnx_zoo.with_random_weights(onnx_zoo.light_model(name[len("light_"):]), seed), path)
         return path
-    if name not in TORCHVISION + TRANSFORMERS and name not in _torchvision_names():
-        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(TORCHVISION + TRANSFORMERS)}, another "
-                         f"torchvision classifier (e.g. regnet_x_1_6gf) or light_NAME with NAME in "
-                         f"{', '.join(onnx_zoo.light_model_names())}")
-    path = os.path.join(CACHE, f"{name}_seed{seed}.onnx")
     if os.path.exists(path):
         return path
-    import torch
+    if name not in model_names():
+        raise ValueError(f"unknown model {name!r}; expected a torchvision classifier (e.g. "
+                         f"{', '.join(EXAMPLE_MODELS)}), one of {', '.join(torch_models.TRANSFORMERS)}, "
+                         f"or light_NAME with NAME in {', '.join(onnx_zoo.light_model_names())}")
     os.makedirs(CACHE, exist_ok=True)
-    torch.manual_seed(seed)
-    if name in TRANSFORMERS:
-        torch_models.import_torchvision()      # transformers imports torchvision when it is installed
-        from transformers import DistilBertConfig, DistilBertModel
-        module = DistilBertModel(DistilBertConfig()).eval()
-        # input_ids only: with an attention_mask the export holds And/IsNaN/Where, which the
-        # importer does not convert (yet)
-        _export(module, (torch.randint(0, 1000, (1, DISTILBERT_SEQUENCE)),), ["input_ids"], path)
-    else:
-        module, example = torch_models.torchvision_model(name, seed)
-        _export(module, example, ["input"], path)
+    module, example = (torch_models.transformers_model(name, seed=seed) if name in torch_models.TRANSFORMERS
+                       else torch_models.torchvision_model(name, seed))
+    torch_models.export_onnx_file(module, example, path)
     return path
 
 
@@ -578,8 +563,9 @@ def relative_error(got, want) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], parents=[bench_args()])
     parser.add_argument("--model", default=None,
-                        help=f"{', '.join(TORCHVISION + TRANSFORMERS)}, another torchvision classifier "
-                             "or light_NAME (the onnx wheel's zoo models)")
+                        help=f"a torchvision classifier ({', '.join(EXAMPLE_MODELS)}, ...), "
+                             f"{', '.join(torch_models.TRANSFORMERS)} (Hugging Face, sequence 128) or light_NAME "
+                             "(the onnx wheel's zoo models)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=20, help="profiled runs of onnxruntime and OpenVINO")
     parser.add_argument("--repeat", type=int, default=5, help="timing repeats per kernel and end to end")

@@ -105,6 +105,22 @@ MODEL_FAMILY_OPERATORS = {
     "layer_norm-1x100x640": ("layer_norm", ((1, 100, 640),), {}),
     "batch_matmul-12x100x100x64-tb": ("batch_matmul", (12, 100, 100, 64), {"transpose_b": True}),
     "batch_matmul-12x100x64x100": ("batch_matmul", (12, 100, 64, 100), {}),
+    # transformer dense layers over a token count with no small divisor (a prime: ViT's 197
+    # and 257 tokens are such, a class token beside a square of patches): a row tile is 1 or
+    # all the rows, and the first base models, which had seen only 100-token and square maps,
+    # picked all of them (a 211 x 8 accumulator tile in memory) at a sixth of what 32 trials find
+    "dense_chain-1x211x512x2048-add-gelu": ("dense_chain", ((1, 211), 512, 2048), {"epilogue": "add-gelu"}),
+    "dense_chain-1x211x2048x512-add": ("dense_chain", ((1, 211), 2048, 512), {"epilogue": "add"}),
+    "dense_chain-211x1x512x1536-add": ("dense_chain", ((211, 1), 512, 1536), {"epilogue": "add"}),
+    "dense_chain-139x896x896-bias": ("dense_chain", ((139,), 896, 896), {"epilogue": "bias"}),
+    "dense_chain-1x67x896x3584-add-gelu": ("dense_chain", ((1, 67), 896, 3584), {"epilogue": "add-gelu"}),
+    "dense_chain-227x1x896x2688-add": ("dense_chain", ((227, 1), 896, 2688), {"epilogue": "add"}),
+    "dense_chain-1x173x1152x4608-add-gelu": ("dense_chain", ((1, 173), 1152, 4608), {"epilogue": "add-gelu"}),
+    "batch_matmul-16x211x211x64-tb": ("batch_matmul", (16, 211, 211, 64), {"transpose_b": True}),
+    "batch_matmul-16x211x64x211": ("batch_matmul", (16, 211, 64, 211), {}),
+    # GPT-2's Conv1D layers: two-dimensional rows, the bias alone fused (its GELU is a reshape away)
+    "dense_chain-96x1024x4096-bias": ("dense_chain", ((96,), 1024, 4096), {"epilogue": "bias"}),
+    "dense_chain-96x4096x1024-bias": ("dense_chain", ((96,), 4096, 1024), {"epilogue": "bias"}),
 }
 
 #: operator workloads by label: (operator, args, kwargs)

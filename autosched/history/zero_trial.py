@@ -41,7 +41,8 @@ ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_populat
 #: the version of the zero-trial search: raise it when the search picks other programs for
 #: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again);
 #: 2: the shipped base model learnt the measured picks of its predecessor; 3: vector loops
-#: of channel tiles on the lane grid (``sketch_rules.annotation.good_vector_length``)
+#: of channel tiles on the lane grid (``sketch_rules.annotation.good_vector_length``), and a
+#: base model that learnt transformer dense layers over prime token counts
 SEARCH_VERSION = 3
 #: the kind of the records database's lines that remember zero-trial programs
 ENTRY_KIND = "zero_trial"

@@ -60,6 +60,26 @@ def test_every_training_workload_is_rebuilt_from_its_key_alone():
     assert B.rebuild_workload("0" * 32) is None
 
 
+def test_the_dense_layers_over_awkward_token_counts_compute_their_reference():
+    # rows no row tile divides (a prime count of tokens, seq-first or batch-first or
+    # two-dimensional), at the widths and epilogues of transformer MLPs and projections
+    labels = [label for label in B.MODEL_FAMILY_OPERATORS
+              if label in ("dense_chain-1x211x512x2048-add-gelu", "dense_chain-211x1x512x1536-add",
+                           "dense_chain-139x896x896-bias", "dense_chain-1x67x896x3584-add-gelu",
+                           "dense_chain-1x211x2048x512-add")]
+    assert len(labels) == 5
+    rng = np.random.default_rng(0)
+    for label in labels:
+        w = B.training_workloads()[label]
+        rows = int(np.prod(w.tensors[0].shape[:-1]))
+        assert all(rows % d for d in range(2, 17)), label
+        dag = ir.ComputeDAG(w.tensors)
+        kernel = ir.build(dag, SR.cpu_default_schedule(dag))
+        inputs, outputs = w.random_inputs(rng), w.output_buffers()
+        kernel(*inputs, *outputs)
+        np.testing.assert_allclose(outputs[0], w.reference(inputs)[0], rtol=1e-4, atol=1e-4, err_msg=label)
+
+
 def _training_records():
     """bench/training_records.py, imported."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))

@@ -65,6 +65,23 @@ def test_unknown_model_is_one_line_error(capsys):
     assert err.startswith("profile_model: unknown model 'no_such_net'") and "\n" not in err
 
 
+def test_every_model_of_the_coverage_bench_is_known():
+    pytest.importorskip("torch")
+    try:
+        P.torch_models.import_torchvision()     # (against a CPU torch: the shim first)
+    except ImportError:
+        pytest.skip("torchvision is not installed")
+    names = P.model_names()
+    assert {"vit_b_16", "swin_t", "resnet50", "gpt2", "bert", "distilbert", "vit"} <= set(names)
+
+
+def test_a_model_already_exported_is_not_exported_again(monkeypatch, tmp_path):
+    monkeypatch.setattr(P, "CACHE", str(tmp_path))
+    (tmp_path / "vit_b_16_seed3.onnx").write_bytes(b"cached")
+    monkeypatch.setattr(P, "model_names", lambda: pytest.fail("looked up the models"))
+    assert P.model_path("vit_b_16", seed=3) == str(tmp_path / "vit_b_16_seed3.onnx")
+
+
 def test_programs_of_another_model_are_refused(capsys, tmp_path):
     other = tmp_path / "programs.json"
     other.write_text(json.dumps({"workloads": ["not-this-model"], "steps": {}}))

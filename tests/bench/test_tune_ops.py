@@ -54,8 +54,9 @@ def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
     # 256 programs of each of 33 training workloads (384 of GRP-1x28x28x128x128: tuned once
     # more) and 384 of each of the three Winograd, three T2D and three conv_residual ones
     # (whose logs also hold re-timings); of each model-family workload, 128 of its tuning (192
-    # of the five added last) and then three rounds of the base models' picks (16 and the
-    # default schedule a round, less those measured before)
+    # of the five with channel counts 16 does not divide and of the eleven transformer layers
+    # over prime token counts) and then rounds of the base models' picks (16 and the default
+    # schedule a round, less those measured before: three rounds, two of the eleven)
     programs = [r for r in records if not r.retimed]
     family = collections.Counter(r.workload_key for r in programs if r.workload_key in family_keys)
     assert len(programs) - sum(family.values()) == 33 * 256 + 128 + 9 * 384
