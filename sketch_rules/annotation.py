@@ -115,7 +115,8 @@ class FillTileSize(InitRule):
     the loop's extent (innermost length at most ``max_innermost_split_factor``); splits
     that follow them take their lengths from them on replay. With a ``vector_lane_group``
     (the CPU's), a split whose innermost part is its stage's last loop (what ``Vectorize``
-    vectorises) takes an innermost length of ``vector_lengths`` only."""
+    vectorises) takes an innermost length of ``vector_lengths`` only: a draw off that grid
+    is drawn again, the vector length first."""
     name = "fill_tile_size"
 
     def __init__(self, vector_lane_group: int | None = None):
@@ -129,14 +130,18 @@ class FillTileSize(InitRule):
             if isinstance(step, SplitStep) and any(x is None for x in step.lengths):
                 stage = current.stages[step.stage_id]
                 it = stage.iters[step.iter_id]
-                innermost = None
-                if (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer:
-                    # the vector length first, uniformly: by scheme, 1 lane would dominate
-                    # (408 = 8 x 51 has 45 schemes ending in 1 and 4 ending in 24)
-                    lengths = vector_lengths(it.extent, limit, self.vector_lane_group)
-                    innermost = (lengths[int(rng.integers(len(lengths)))],)
-                schemes = factorizations(it.extent, len(step.lengths), limit, innermost)
-                step = replace(step, lengths=schemes[int(rng.integers(len(schemes)))])
+                schemes = factorizations(it.extent, len(step.lengths), limit)
+                lengths = schemes[int(rng.integers(len(schemes)))]
+                if (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer \
+                        and not good_vector_length(lengths[-1], it.extent, self.vector_lane_group):
+                    # an odd width drawn (17 lanes of 408): the vector length again, uniformly
+                    # on the grid (by scheme, 1 lane would dominate: 408 = 8 x 51 has 45
+                    # schemes ending in 1 and 4 ending in 24); on-grid draws keep the
+                    # schemes' own distribution, which the base model's picks were tuned on
+                    grid = vector_lengths(it.extent, limit, self.vector_lane_group)
+                    schemes = factorizations(it.extent, len(step.lengths), limit, (grid[int(rng.integers(len(grid)))],))
+                    lengths = schemes[int(rng.integers(len(schemes)))]
+                step = replace(step, lengths=lengths)
             current = current.apply(step)
         return current
 

@@ -42,8 +42,9 @@ ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_populat
 #: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again);
 #: 2: the shipped base model learnt the measured picks of its predecessor; 3: vector loops
 #: of channel tiles on the lane grid (``sketch_rules.annotation.good_vector_length``), and a
-#: base model that learnt transformer dense layers over prime token counts
-SEARCH_VERSION = 3
+#: base model that learnt transformer dense layers over prime token counts; 4: off-grid draws
+#: redrawn, on-grid ones kept (the schemes' own distribution of vector lengths)
+SEARCH_VERSION = 4
 #: the kind of the records database's lines that remember zero-trial programs
 ENTRY_KIND = "zero_trial"
 

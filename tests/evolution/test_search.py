@@ -108,8 +108,8 @@ def test_policy_is_deterministic_for_a_seed():
 
 
 def test_policy_never_proposes_a_measured_program_and_improves():
-    # seed 3: a first batch that is not already the best of the space (seed 1's is)
-    proposed, best = run_policy(seed=3, rounds=4)
+    # seed 0: a first batch far from the best of the space (seed 3's is already the best)
+    proposed, best = run_policy(seed=0, rounds=4)
     flat = [p for batch in proposed for p in batch]
     assert len(flat) == len(set(flat))
     assert best[-1] < best[0]
@@ -234,8 +234,9 @@ class HalfBlind(XGBoostModel):
 
 def test_a_batch_is_not_filled_with_programs_the_model_cannot_tell_apart():
     task, sketches = SETUPS["matmul"]
+    # seed 1: seed 0's evolution returns too few candidates the model tells apart to fill a probe
     policy = SketchPolicy(task, HalfBlind(seed=0), SearchParams(population=48, generations=1, init_min_population=32),
-                          seed=0, sketches=sketches)
+                          seed=1, sketches=sketches)
     probe = policy.next_batch(8)  # (the first round of a task the model ranks unmeasured: half a batch)
     assert len(probe) == 4 and sum(policy.model.predict(task, probe) == 1.0) == 2
     policy.update(probe, [synthetic_cost(s) for s in probe])
