@@ -26,8 +26,11 @@ weights needs both), and the timed run's two children read its one file. Per mod
   program), ``openvino_ms`` (OpenVINO CPU, 2 threads, f32 precision hint) and the ratios;
 - with ``--tune-minutes M``: the model tuned M minutes (``autosched tune --minutes M``, from the
   shipped base model, no records database unless ``--records-db``): ``tuned_ms``,
-  ``tuned_vs_onnxruntime``, ``tuned_vs_openvino``, ``tuned_trials``, ``tuned_tasks_measured``,
-  ``tuned_matches_onnxruntime`` (and ``openvino_ms``).
+  ``tuned_trials``, ``tuned_tasks_measured``, ``tuned_matches_onnxruntime`` (and ``openvino_ms``),
+  then the zero-trial programs, onnxruntime and OpenVINO timed again beside the tuned ones
+  (``zero_trial_ms_after_tuning``, ``onnxruntime_ms_after_tuning``, ``openvino_ms_after_tuning``:
+  the machine drifts in ten minutes) and the ratios to those: ``tuned_vs_onnxruntime``,
+  ``tuned_vs_openvino``, ``tuned_vs_zero_trial``.
 
 The summary line says ``N/M models import, run and match onnxruntime``; ``--import-only``
 skips running programs; ``--default-schedules`` runs default schedules instead of the
@@ -162,24 +165,33 @@ def measure(row: dict, path: str, exporter: str, import_only: bool, timed: bool,
             row["openvino_ms"] = 1e3 * seconds_per_call(lambda: openvino(*inputs), repeat=5, min_repeat_ms=TIMING_MS)
             row["vs_openvino"] = row["openvino_ms"] / ours_ms
         if tune_minutes:
-            _tune(row, part, inputs, ort(*inputs), tune_minutes, tmp)
+            _tune(row, part, inputs, tune_minutes, tmp, {"zero_trial": executor.run, "onnxruntime": ort,
+                                                         "openvino": openvino})
 
 
-def _tune(row: dict, part, inputs, want, minutes: float, directory: str) -> None:
+def _tune(row: dict, part, inputs, minutes: float, directory: str, others: dict) -> None:
     """Tune ``part`` for ``minutes`` (as ``autosched tune --minutes``: from the shipped base model,
-    with the records database the child was given), then check and time its tuned programs.
-    onnxruntime and OpenVINO ran minutes ago: their idle threads sleep by now."""
+    with the records database the child was given), then check and time its tuned programs and,
+    again, ``others`` (label -> ``run(*arrays)``: the zero-trial programs, onnxruntime, OpenVINO):
+    ten minutes on a shared machine move every reading, so the tuned ratios are against
+    baselines timed beside them, ours first (onnxruntime's and OpenVINO's idle threads spin
+    after each call and would slow ours)."""
     import autosched
     from autosched.cli import TRIALS_WITHIN_MINUTES
+    from autosched.graph.onnx_baselines import seconds_per_call
     log = os.path.join(directory, "tuned.json")
     t0 = time.perf_counter()
     result = autosched.tune_networks([part], trials=TRIALS_WITHIN_MINUTES, time_budget_s=60.0 * minutes, log_file=log)
     executor = result.executor(0)
-    ours_ms = 1e3 * executor.benchmark(*inputs, repeat=5, min_repeat_ms=TIMING_MS)["median"]
     row.update(tune_s=time.perf_counter() - t0, tuned_trials=result.trials,
                tuned_tasks_measured=sum(1 for c in result.best_costs if c < 1e9),
-               tuned_matches_onnxruntime=_relative_error(executor.run(*inputs), want), tuned_ms=ours_ms,
-               tuned_vs_onnxruntime=row["onnxruntime_ms"] / ours_ms, tuned_vs_openvino=row["openvino_ms"] / ours_ms)
+               tuned_matches_onnxruntime=_relative_error(executor.run(*inputs), others["onnxruntime"](*inputs)))
+    ours_ms = 1e3 * executor.benchmark(*inputs, repeat=5, min_repeat_ms=TIMING_MS)["median"]
+    after = {label: 1e3 * seconds_per_call(lambda run=run: run(*inputs), repeat=5, min_repeat_ms=TIMING_MS)
+             for label, run in others.items()}
+    row.update(tuned_ms=ours_ms, **{f"{label}_ms_after_tuning": ms for label, ms in after.items()},
+               tuned_vs_zero_trial=after["zero_trial"] / ours_ms,
+               tuned_vs_onnxruntime=after["onnxruntime"] / ours_ms, tuned_vs_openvino=after["openvino"] / ours_ms)
 
 
 def _limit_memory(gigabytes: float):

@@ -76,7 +76,8 @@ def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypat
 
 def test_tuning_a_model_times_and_checks_its_tuned_programs(tmp_path):
     """``--tune-minutes``: the model tuned for the minutes, its tuned programs checked against the
-    reference and timed beside the baselines' times already in the row."""
+    reference, then timed with the baselines timed again beside them (the ratios are theirs)."""
+    import time
     from autosched import graph as G
     from autosched.graph.executor import run_reference
     b = G.GraphBuilder("tiny", seed=0)
@@ -84,10 +85,17 @@ def test_tuning_a_model_times_and_checks_its_tuned_programs(tmp_path):
     part = G.partition(graph)
     inputs = graph.random_inputs(0)
     want = run_reference(graph, inputs)                      # numpy
-    row = {"onnxruntime_ms": 1.0, "openvino_ms": 2.0}
-    model_coverage._tune(row, part, inputs, want, minutes=0.05, directory=str(tmp_path))
+
+    def baseline(seconds):
+        return lambda *arrays: (time.sleep(seconds), want)[1]
+    row = {"onnxruntime_ms": 1000.0, "openvino_ms": 1000.0}   # readings of long ago: not used
+    model_coverage._tune(row, part, inputs, minutes=0.05, directory=str(tmp_path),
+                         others={"zero_trial": baseline(0.001), "onnxruntime": baseline(0.002),
+                                 "openvino": baseline(0.004)})
     assert row["tuned_trials"] > 0 and row["tuned_tasks_measured"] == len(part.tasks) == 1
     assert row["tuned_matches_onnxruntime"] < 1e-5 and row["tuned_ms"] > 0
-    assert row["tuned_vs_onnxruntime"] == pytest.approx(1.0 / row["tuned_ms"])
-    assert row["tuned_vs_openvino"] == pytest.approx(2.0 / row["tuned_ms"])
+    assert 2.0 <= row["onnxruntime_ms_after_tuning"] < row["openvino_ms_after_tuning"] < 1000.0
+    assert row["tuned_vs_onnxruntime"] == pytest.approx(row["onnxruntime_ms_after_tuning"] / row["tuned_ms"])
+    assert row["tuned_vs_openvino"] == pytest.approx(row["openvino_ms_after_tuning"] / row["tuned_ms"])
+    assert row["tuned_vs_zero_trial"] == pytest.approx(row["zero_trial_ms_after_tuning"] / row["tuned_ms"])
     assert (tmp_path / "tuned.json").stat().st_size > 0      # the log of what was measured
