@@ -53,7 +53,7 @@ def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP)
     408-channel convolutions at 9-15 GFLOPS, 24 lanes of the same space at 220)."""
     if length == 1:
         return True
-    return length % group == 0 if extent % group == 0 else group % length == 0
+    return length % group == 0 and extent % length == 0 if extent % group == 0 else group % length == 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -65,20 +65,45 @@ def vector_lengths(extent: int, max_innermost: int, group: int = VECTOR_LANE_GRO
     return tuple(d for d in divisors(extent) if d <= max_innermost and good_vector_length(d, extent, group))
 
 
-def vector_axis_extent(stage) -> int | None:
-    """The extent of the axis whose innermost tile is ``stage``'s last loop (a loop named
-    ``AXIS.k``: the last part of a split of space axis ``AXIS``), or None when its last loop
-    is no such tile (fused, reduce, unsplit)."""
+def vector_axis_extent(stage, group: int = VECTOR_LANE_GROUP) -> int | None:
+    """The span that a vector loop over ``stage``'s last loop tiles, when that loop is the
+    innermost tile of a space axis (a loop named ``AXIS.k``: the last part of a split of
+    ``AXIS``): the axis's ``lane_span``; None when its last loop is no such tile (fused,
+    reduce, unsplit)."""
     if stage.is_placeholder or not stage.iters:
         return None
     last = stage.iters[-1]
     axis, _, part = last.name.rpartition(".")
     if last.kind != "space" or not part.isdigit():
         return None
+    return lane_span(stage, axis, group)
+
+
+def lane_span(stage, axis: str, group: int = VECTOR_LANE_GROUP) -> int | None:
+    """The extent of space axis ``axis`` of ``stage`` (None if it has none) or, where the
+    stage reads through a floor division or modulo of the axis by constants that the lane
+    ``group`` divides, their greatest common divisor: a grouped convolution reads input
+    channel (c // 24) * 24 + rc, one value for the 24 output channels of a group, so a
+    vector of 8 or 24 of them loads one scalar where 16 (crossing groups) gathers. Vector
+    lengths are then on the grid of that span (``good_vector_length``)."""
     for d, var in enumerate(stage.axes):
         if var.name == axis:
-            return int(stage.op.shape[d])
+            extent = int(stage.op.shape[d])
+            blocks = _division_blocks(stage.body, var) if stage.body is not None else ()
+            span = math.gcd(*blocks) if blocks else extent
+            return span if span % group == 0 and extent % span == 0 else extent
     return None
+
+
+def _division_blocks(body: E.Expr, var) -> set[int]:
+    """The constant divisors of the floor divisions and modulos in ``body`` whose dividend
+    depends on ``var``."""
+    out = set()
+    for node in E.walk(body):
+        if isinstance(node, E.Binary) and node.op in ("//", "%") and isinstance(node.b, E.Const) \
+                and any(v is var for v in E.free_vars(node.a)):
+            out.add(int(node.b.value))
+    return {b for b in out if b > 0}
 
 
 def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> int:
@@ -87,7 +112,7 @@ def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> in
     them than its parent)."""
     count = 0
     for st in state.stages:
-        extent = vector_axis_extent(st)
+        extent = vector_axis_extent(st, group)
         if extent is not None and st.iters[-1].annotation == "vectorize" \
                 and not good_vector_length(st.iters[-1].extent, extent, group):
             count += 1
@@ -132,13 +157,14 @@ class FillTileSize(InitRule):
                 it = stage.iters[step.iter_id]
                 schemes = factorizations(it.extent, len(step.lengths), limit)
                 lengths = schemes[int(rng.integers(len(schemes)))]
-                if (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer \
-                        and not good_vector_length(lengths[-1], it.extent, self.vector_lane_group):
+                vectorised = (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer
+                span = lane_span(stage, it.name, self.vector_lane_group) if vectorised else None
+                if vectorised and not good_vector_length(lengths[-1], span or it.extent, self.vector_lane_group):
                     # an odd width drawn (17 lanes of 408): the vector length again, uniformly
                     # on the grid (by scheme, 1 lane would dominate: 408 = 8 x 51 has 45
                     # schemes ending in 1 and 4 ending in 24); on-grid draws keep the
                     # schemes' own distribution, which the base model's picks were tuned on
-                    grid = vector_lengths(it.extent, limit, self.vector_lane_group)
+                    grid = vector_lengths(span or it.extent, limit, self.vector_lane_group)
                     schemes = factorizations(it.extent, len(step.lengths), limit, (grid[int(rng.integers(len(grid)))],))
                     lengths = schemes[int(rng.integers(len(schemes)))]
                 step = replace(step, lengths=lengths)
@@ -345,7 +371,7 @@ class Vectorize(InitRule):
         return state
 
     def _good_length(self, stage) -> bool:
-        extent = vector_axis_extent(stage)
+        extent = vector_axis_extent(stage, self.vector_lane_group) if self.vector_lane_group else None
         return not self.vector_lane_group or extent is None or \
             good_vector_length(stage.iters[-1].extent, extent, self.vector_lane_group)
 
