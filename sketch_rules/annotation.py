@@ -95,15 +95,25 @@ def lane_span(stage, axis: str, group: int = VECTOR_LANE_GROUP) -> int | None:
     return None
 
 
+#: (id(body), id(var)) -> (body, var, blocks): bodies are shared by the States of a task
+_BLOCKS: dict = {}
+
+
 def _division_blocks(body: E.Expr, var) -> set[int]:
     """The constant divisors of the floor divisions and modulos in ``body`` whose dividend
-    depends on ``var``."""
+    depends on ``var`` (remembered by identity: sampling and mutation ask it per program)."""
+    hit = _BLOCKS.get((id(body), id(var)))
+    if hit is not None and hit[0] is body and hit[1] is var:
+        return hit[2]
     out = set()
     for node in E.walk(body):
         if isinstance(node, E.Binary) and node.op in ("//", "%") and isinstance(node.b, E.Const) \
-                and any(v is var for v in E.free_vars(node.a)):
+                and isinstance(node.b.value, int) and node.b.value > 0 and any(v is var for v in E.free_vars(node.a)):
             out.add(int(node.b.value))
-    return {b for b in out if b > 0}
+    if len(_BLOCKS) >= 4096:
+        _BLOCKS.clear()
+    _BLOCKS[(id(body), id(var))] = (body, var, out)
+    return out
 
 
 def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> int:
