@@ -46,9 +46,10 @@ VECTOR_LANE_GROUP = 8
 def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP) -> bool:
     """Whether a vectorised loop of ``length`` lanes over an axis of ``extent`` is one the CPU
     search space allows: 1 (no vector: LLVM may still vectorise another loop), a multiple
-    of the lane ``group`` where ``group`` divides the extent, else a divisor of ``group`` (a
-    part of a register: 116 = 4 x 29 gets 1, 2 or 4 lanes). Odd widths (17 or 51 lanes of
-    408 = 8 x 51, 29 of 116) are left out: LLVM splits such a vector into whole registers
+    of the lane ``group`` that divides the extent where ``group`` divides it, else a divisor
+    of ``group`` (a part of a register: 116 = 4 x 29 gets 1, 2 or 4 lanes). ``extent`` is
+    the axis's ``lane_span``: a grouped convolution's 24 channels a group get 8 or 24 lanes.
+    Odd widths (17 or 51 lanes of 408 = 8 x 51, 29 of 116) are left out: LLVM splits such a vector into whole registers
     and a scalar remainder, and the base model, which saw few, ranked them first (RegNet's
     408-channel convolutions at 9-15 GFLOPS, 24 lanes of the same space at 220)."""
     if length == 1:
