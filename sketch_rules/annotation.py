@@ -49,9 +49,10 @@ def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP)
     of the lane ``group`` that divides the extent where ``group`` divides it, else a divisor
     of ``group`` (a part of a register: 116 = 4 x 29 gets 1, 2 or 4 lanes). ``extent`` is
     the axis's ``lane_span``: a grouped convolution's 24 channels a group get 8 or 24 lanes.
-    Odd widths (17 or 51 lanes of 408 = 8 x 51, 29 of 116) are left out: LLVM splits such a vector into whole registers
-    and a scalar remainder, and the base model, which saw few, ranked them first (RegNet's
-    408-channel convolutions at 9-15 GFLOPS, 24 lanes of the same space at 220)."""
+    Odd widths (17 or 51 lanes of 408 = 8 x 51, 29 of 116) are left out: LLVM splits such
+    a vector into whole registers and a scalar remainder, and the base model, which saw few,
+    ranked them first (RegNet's 408-channel convolutions at 9-15 GFLOPS, 24 lanes of the
+    same space at 220)."""
     if length == 1:
         return True
     return length % group == 0 and extent % length == 0 if extent % group == 0 else group % length == 0
