@@ -69,7 +69,7 @@ def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     --picks`` measures them, so that the base model learns where its own choices go wrong).
     Programs that start a parallel region more than once a call
     (``sketch_rules.analysis.parallel_region_starts``) come after all others: the base
-    model has no feature that counts regions and ranked such a program first, 5x slower
+    model has no feature that counts regions and ranked such a program first, 6x slower
     than its runners-up."""
     policy = SketchPolicy(task, model, params or ZERO_TRIAL_PARAMS, seed=seed)
     found = policy.evolve(policy.sample_initial(), max(CANDIDATES, top))
