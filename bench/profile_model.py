@@ -10,7 +10,7 @@ onnxruntime's per-node profile and OpenVINO's performance counters, by operator 
     nice python bench/profile_model.py --model resnet50 --programs r50.json --search-only
     flock /tmp/autosched-heavy.lock python bench/profile_model.py --model resnet50 --programs r50.json
     # two branches' programs, A/B in one run: each branch's search, then the timings once
-    (cd ../main && PYTHONPATH=$PWD python $OLDPWD/bench/profile_model.py --model regnet_x_1_6gf --programs main.json --search-only)
+    PYTHONPATH=../main python bench/profile_model.py --model regnet_x_1_6gf --programs main.json --search-only
     python bench/profile_model.py --model regnet_x_1_6gf --programs ours.json --against main.json
 
 The model is exported as users export it, as ``bench/model_coverage.py`` exports it: any
