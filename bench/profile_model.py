@@ -9,6 +9,9 @@ onnxruntime's per-node profile and OpenVINO's performance counters, by operator 
     # the search niced outside the heavy lock, the timings under it:
     nice python bench/profile_model.py --model resnet50 --programs r50.json --search-only
     flock /tmp/autosched-heavy.lock python bench/profile_model.py --model resnet50 --programs r50.json
+    # two branches' programs, A/B in one run: each branch's search, then the timings once
+    PYTHONPATH=../main python bench/profile_model.py --model regnet_x_1_6gf --programs main.json --search-only
+    python bench/profile_model.py --model regnet_x_1_6gf --programs ours.json --against main.json
 
 The model is exported as users export it, as ``bench/model_coverage.py`` exports it: any
 torchvision classifier (random weights, seeded) or one of the Hugging Face models of
@@ -27,6 +30,9 @@ the rest of the kernels run default schedules. Printed, all from one run:
   anchor in every engine that fuses it;
 - end to end, timed in turns (ours, onnxruntime 2 threads, OpenVINO 2 threads f32), and the
   executor's overhead (end to end against the sum of its kernels);
+- optionally (``--against OTHER.json``, another ``--programs`` file of the model, e.g. another
+  branch's search) those programs timed in turns with these: end to end, and every kernel
+  whose program differs (one process, one machine state: a fair A/B on a busy machine);
 - optionally (``--probe-tasks``) the tasks that lose most (the slowest of the losing
   families, then of the others), each searched with a few dozen
   measured trials: a much faster measured program means the base model picked badly; none
@@ -422,6 +428,26 @@ def load_search(path: str, part) -> dict | None:
     return search
 
 
+def program_states(search: dict, part) -> dict:
+    """The States of the programs of ``search`` (what ``search_phase`` wrote), by workload key."""
+    return {w.workload_key: ir.State.from_steps(w.dag, steps_from_json(search["steps"][w.workload_key]))
+            for w in part.tasks if w.workload_key in search["steps"]}
+
+
+def against_kernels(part, executor, other, repeat: int) -> list[dict]:
+    """Every task whose program differs between ``executor`` and ``other`` (executors of the
+    same partition): its first kernel call timed alone in both, in turns."""
+    rows = []
+    for w in part.tasks:
+        calls = [k for k, (sg, _, _) in enumerate(executor.calls) if sg.workload is w]
+        if not calls or executor.programs[w.workload_key].state.key == other.programs[w.workload_key].state.key:
+            continue
+        best = fastest_in_turns({name: (lambda call=ex.calls[calls[0]]: _kernel_ms(call[1], call[2], repeat))
+                                 for name, ex in (("ours", executor), ("against", other))})
+        rows.append({"kernel": w.desc, "calls": len(calls), "ms": best["ours"], "against_ms": best["against"]})
+    return rows
+
+
 def print_search_profile(cprof: dict | None, say) -> None:
     if not cprof:
         return
@@ -579,6 +605,9 @@ def main(argv=None) -> int:
     parser.add_argument("--programs", default=None,
                         help="a JSON file of the zero-trial programs (and the search's times): read if it exists "
                              "(for this model), else written after the search")
+    parser.add_argument("--against", default=None, metavar="PROGRAMS",
+                        help="another --programs file of this model (e.g. another branch's search): its programs "
+                             "timed in turns with these, end to end and every kernel whose program differs")
     parser.add_argument("--search-only", action="store_true",
                         help="stop after the zero-trial search (with --programs: time the rest later, e.g. "
                              "the search niced outside the heavy lock, the timings under it)")
@@ -616,8 +645,15 @@ def main(argv=None) -> int:
     elif not search["base_model"]:
         say("# (no base model when the programs were searched)")
     zero_s = search["zero_trial_s"]
-    states = {w.workload_key: ir.State.from_steps(w.dag, steps_from_json(search["steps"][w.workload_key]))
-              for w in part.tasks if w.workload_key in search["steps"]}
+    states = program_states(search, part)
+    try:
+        against = load_search(args.against, part) if args.against else None
+    except ValueError as err:
+        print(f"profile_model: {err}", file=sys.stderr)
+        return 2
+    if args.against and against is None:
+        print(f"profile_model: --against {args.against}: no such file", file=sys.stderr)
+        return 2
     if args.search_only:
         print_search_profile(search["cprofile"], say)
         emit_json("profile_model", [{"workload": name, "zero_trial_s": zero_s, "tasks": len(part.tasks),
@@ -629,6 +665,8 @@ def main(argv=None) -> int:
         # zero-trial programs built as the executor builds its own (layout-rewritten); not tuned
         executor = G.GraphExecutor(part, states=states, warn_untuned=False, kernel_cache=kernels, base_model=None)
         defaults = G.GraphExecutor(part, warn_untuned=False, kernel_cache=kernels, base_model=None)
+        other = G.GraphExecutor(part, states=program_states(against, part), warn_untuned=False,
+                                kernel_cache=kernels, base_model=None) if against else None
     for key in states:
         executor.programs[key].tuned = False
     build_s = executor.build_seconds
@@ -649,7 +687,10 @@ def main(argv=None) -> int:
                                                                     min_repeat_ms=50)["median"]),
         "onnxruntime": lambda: B.seconds_per_call(lambda: ort_run(*inputs), repeat=args.repeat, min_repeat_ms=50),
         "openvino": (lambda: B.seconds_per_call(lambda: ov_run(*inputs), repeat=args.repeat, min_repeat_ms=50))
-        if ov_run else lambda: None})
+        if ov_run else lambda: None,
+        "against": (lambda: other.benchmark(*inputs, repeat=args.repeat, min_repeat_ms=50)["median"])
+        if other else lambda: None})
+    against_rows = against_kernels(part, executor, other, args.repeat) if other else []
 
     say(f"\n# the {args.top} slowest of our {len(ours_rows)} kernel calls, each timed alone")
     table = Table(["kernel", "family", "origin", "parallel loops", "ms", "1 thread ms", "default schedule ms"],
@@ -706,6 +747,14 @@ def main(argv=None) -> int:
         f"({ours_ms / kern_sum:.3f}x); onnxruntime end to end against its nodes' sum {ort_sum:.3f} ms "
         f"({ort_ms / ort_sum:.3f}x)")
 
+    if other:
+        against_ms = 1e3 * e2e["against"]
+        say(f"\n# against {args.against}: {len(against_rows)} tasks with other programs; end to end, timed in turns "
+            f"with the rest: ours {ours_ms:.3f} ms, against {against_ms:.3f} ms ({ort_ms / against_ms:.2f}x "
+            f"onnxruntime, ours {ort_ms / ours_ms:.2f}x)")
+        for r in against_rows:
+            say(f"  {r['kernel'][:64]:<64} x{r['calls']}  ours {r['ms']:.3f} ms  against {r['against_ms']:.3f} ms")
+
     print_search_profile(search["cprofile"], say)
 
     probes = []
@@ -737,7 +786,8 @@ def main(argv=None) -> int:
                  "onnxruntime_nodes_sum_ms": ort_sum, "openvino_nodes_sum_ms": ov_sum,
                  "zero_trial_s": zero_s, "compile_s": build_s, "tasks": len(part.tasks),
                  "kernels": len(ours_rows), "max_rel_error": err, "search_profile": search["cprofile"],
-                 "probes": probes})
+                 "probes": probes,
+                 "against_ms": 1e3 * e2e["against"] if other else None, "against_kernels": against_rows})
     emit_json("profile_model", rows)
     return 0 if err <= 1e-3 else 1
 

@@ -46,14 +46,16 @@ VECTOR_LANE_GROUP = 8
 def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP) -> bool:
     """Whether a vectorised loop of ``length`` lanes over an axis of ``extent`` is one the CPU
     search space allows: 1 (no vector: LLVM may still vectorise another loop), a multiple
-    of the lane ``group`` where ``group`` divides the extent, else a divisor of ``group`` (a
-    part of a register: 116 = 4 x 29 gets 1, 2 or 4 lanes). Odd widths (17 or 51 lanes of
-    408 = 8 x 51, 29 of 116) are left out: LLVM splits such a vector into whole registers
-    and a scalar remainder, and the base model, which saw few, ranked them first (RegNet's
-    408-channel convolutions at 9-15 GFLOPS, 24 lanes of the same space at 220)."""
+    of the lane ``group`` that divides the extent where ``group`` divides it, else a divisor
+    of ``group`` (a part of a register: 116 = 4 x 29 gets 1, 2 or 4 lanes). ``extent`` is
+    the axis's ``lane_span``: a grouped convolution's 24 channels a group get 8 or 24 lanes.
+    Odd widths (17 or 51 lanes of 408 = 8 x 51, 29 of 116) are left out: LLVM splits such
+    a vector into whole registers and a scalar remainder, and the base model, which saw few,
+    ranked them first (RegNet's 408-channel convolutions at 9-15 GFLOPS, 24 lanes of the
+    same space at 220)."""
     if length == 1:
         return True
-    return length % group == 0 if extent % group == 0 else group % length == 0
+    return length % group == 0 and extent % length == 0 if extent % group == 0 else group % length == 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -65,20 +67,55 @@ def vector_lengths(extent: int, max_innermost: int, group: int = VECTOR_LANE_GRO
     return tuple(d for d in divisors(extent) if d <= max_innermost and good_vector_length(d, extent, group))
 
 
-def vector_axis_extent(stage) -> int | None:
-    """The extent of the axis whose innermost tile is ``stage``'s last loop (a loop named
-    ``AXIS.k``: the last part of a split of space axis ``AXIS``), or None when its last loop
-    is no such tile (fused, reduce, unsplit)."""
+def vector_axis_extent(stage, group: int = VECTOR_LANE_GROUP) -> int | None:
+    """The span that a vector loop over ``stage``'s last loop tiles, when that loop is the
+    innermost tile of a space axis (a loop named ``AXIS.k``: the last part of a split of
+    ``AXIS``): the axis's ``lane_span``; None when its last loop is no such tile (fused,
+    reduce, unsplit)."""
     if stage.is_placeholder or not stage.iters:
         return None
     last = stage.iters[-1]
     axis, _, part = last.name.rpartition(".")
     if last.kind != "space" or not part.isdigit():
         return None
+    return lane_span(stage, axis, group)
+
+
+def lane_span(stage, axis: str, group: int = VECTOR_LANE_GROUP) -> int | None:
+    """The extent of space axis ``axis`` of ``stage`` (None if it has none) or, where the
+    stage reads through a floor division or modulo of the axis by constants that the lane
+    ``group`` divides, their greatest common divisor: a grouped convolution reads input
+    channel (c // 24) * 24 + rc, one value for the 24 output channels of a group, so a
+    vector of 8 or 24 of them loads one scalar where 16 (crossing groups) gathers. Vector
+    lengths are then on the grid of that span (``good_vector_length``)."""
     for d, var in enumerate(stage.axes):
         if var.name == axis:
-            return int(stage.op.shape[d])
+            extent = int(stage.op.shape[d])
+            blocks = _division_blocks(stage.body, var) if stage.body is not None else ()
+            span = math.gcd(*blocks) if blocks else extent
+            return span if span % group == 0 and extent % span == 0 else extent
     return None
+
+
+#: (id(body), id(var)) -> (body, var, blocks): bodies are shared by the States of a task
+_BLOCKS: dict = {}
+
+
+def _division_blocks(body: E.Expr, var) -> set[int]:
+    """The constant divisors of the floor divisions and modulos in ``body`` whose dividend
+    depends on ``var`` (remembered by identity: sampling and mutation ask it per program)."""
+    hit = _BLOCKS.get((id(body), id(var)))
+    if hit is not None and hit[0] is body and hit[1] is var:
+        return hit[2]
+    out = set()
+    for node in E.walk(body):
+        if isinstance(node, E.Binary) and node.op in ("//", "%") and isinstance(node.b, E.Const) \
+                and isinstance(node.b.value, int) and node.b.value > 0 and any(v is var for v in E.free_vars(node.a)):
+            out.add(int(node.b.value))
+    if len(_BLOCKS) >= 4096:
+        _BLOCKS.clear()
+    _BLOCKS[(id(body), id(var))] = (body, var, out)
+    return out
 
 
 def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> int:
@@ -87,7 +124,7 @@ def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> in
     them than its parent)."""
     count = 0
     for st in state.stages:
-        extent = vector_axis_extent(st)
+        extent = vector_axis_extent(st, group)
         if extent is not None and st.iters[-1].annotation == "vectorize" \
                 and not good_vector_length(st.iters[-1].extent, extent, group):
             count += 1
@@ -132,13 +169,14 @@ class FillTileSize(InitRule):
                 it = stage.iters[step.iter_id]
                 schemes = factorizations(it.extent, len(step.lengths), limit)
                 lengths = schemes[int(rng.integers(len(schemes)))]
-                if (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer \
-                        and not good_vector_length(lengths[-1], it.extent, self.vector_lane_group):
+                vectorised = (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer
+                span = lane_span(stage, it.name, self.vector_lane_group) if vectorised else None
+                if vectorised and not good_vector_length(lengths[-1], span or it.extent, self.vector_lane_group):
                     # an odd width drawn (17 lanes of 408): the vector length again, uniformly
                     # on the grid (by scheme, 1 lane would dominate: 408 = 8 x 51 has 45
                     # schemes ending in 1 and 4 ending in 24); on-grid draws keep the
                     # schemes' own distribution, which the base model's picks were tuned on
-                    grid = vector_lengths(it.extent, limit, self.vector_lane_group)
+                    grid = vector_lengths(span or it.extent, limit, self.vector_lane_group)
                     schemes = factorizations(it.extent, len(step.lengths), limit, (grid[int(rng.integers(len(grid)))],))
                     lengths = schemes[int(rng.integers(len(schemes)))]
                 step = replace(step, lengths=lengths)
@@ -345,7 +383,7 @@ class Vectorize(InitRule):
         return state
 
     def _good_length(self, stage) -> bool:
-        extent = vector_axis_extent(stage)
+        extent = vector_axis_extent(stage, self.vector_lane_group) if self.vector_lane_group else None
         return not self.vector_lane_group or extent is None or \
             good_vector_length(stage.iters[-1].extent, extent, self.vector_lane_group)
 

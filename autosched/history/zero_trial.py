@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import ir
 from evolution import SearchParams, SketchPolicy
 from sketch_rules import search_space
+from sketch_rules.analysis import parallel_region_starts
 
 from .. import __version__
 from .base_model import load_base_model
@@ -43,8 +44,12 @@ ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_populat
 #: 2: the shipped base model learnt the measured picks of its predecessor; 3: vector loops
 #: of channel tiles on the lane grid (``sketch_rules.annotation.good_vector_length``), and a
 #: base model that learnt transformer dense layers over prime token counts; 4: off-grid draws
-#: redrawn, on-grid ones kept (the schemes' own distribution of vector lengths)
-SEARCH_VERSION = 4
+#: redrawn, on-grid ones kept (the schemes' own distribution of vector lengths); 5: vector
+#: loops within a grouped convolution's group (``sketch_rules.annotation.lane_span``), and
+#: programs that start a parallel region more than once a call ranked last
+SEARCH_VERSION = 5
+#: how many of the search's best predicted programs the zero-trial choice ranks
+CANDIDATES = 16
 #: the kind of the records database's lines that remember zero-trial programs
 ENTRY_KIND = "zero_trial"
 
@@ -59,11 +64,15 @@ def zero_trial_program(task: ir.SearchTask, model, seed: int = 0, candidates=(),
 def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
                     params: SearchParams | None = None, top: int = 1) -> list[ir.State]:
     """The ``top`` distinct programs of ``task`` that ``model`` ranks best among a short
-    evolutionary search's and the given ``candidates``, best first: the zero-trial program
-    and those the model nearly chose (``bench/training_records.py --picks`` measures them,
-    so that the base model learns where its own choices go wrong)."""
+    evolutionary search's best ``CANDIDATES`` and the given ``candidates``, best first: the
+    zero-trial program and those the model nearly chose (``bench/training_records.py
+    --picks`` measures them, so that the base model learns where its own choices go wrong).
+    Programs that start a parallel region more than once a call
+    (``sketch_rules.analysis.parallel_region_starts``) come after all others: the base
+    model has no feature that counts regions and ranked such a program first, 6x slower
+    than its runners-up."""
     policy = SketchPolicy(task, model, params or ZERO_TRIAL_PARAMS, seed=seed)
-    found = policy.evolve(policy.sample_initial(), max(4, top))
+    found = policy.evolve(policy.sample_initial(), max(CANDIDATES, top))
     distinct: dict[str, ir.State] = {}
     for state in found + [c for c in candidates if c is not None]:
         distinct.setdefault(state.key, state)
@@ -71,7 +80,8 @@ def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     if not options:
         raise ValueError(f"the search found no program of {task}")
     scores = model.predict(task, options)
-    order = sorted(range(len(options)), key=lambda i: -scores[i])
+    restarts = [parallel_region_starts(s) > 1 for s in options]
+    order = sorted(range(len(options)), key=lambda i: (restarts[i], -scores[i]))
     return [options[i] for i in order[:top]]
 
 

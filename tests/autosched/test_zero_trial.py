@@ -13,6 +13,7 @@ from autosched.history.base_model import SHIPPED_MODEL, load_base_model
 from autosched.history.zero_trial import ZeroTrial, ranked_programs, zero_trial_program
 from evolution import SearchParams
 from sketch_rules import search_space
+from sketch_rules.analysis import parallel_region_starts
 
 
 def _run(kernel, dag, inputs, outputs):
@@ -92,3 +93,38 @@ def test_ranked_programs_are_distinct_best_first_and_begin_with_the_zero_trial_p
     assert ranked[0].key == zero_trial_program(task, model, 0, [default], params).key
     everything = ranked_programs(task, model, 0, [default], params, top=10_000)
     assert default.key in {s.key for s in everything}      # the candidates are ranked with the search's
+
+
+class _FavoursRestartedRegions:
+    """The shipped model, but every program that starts a parallel region more than once a
+    call scored above all others (as the base model ranked one for RegNet's 1x1 convolution)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def predict(self, task, states):
+        scores = np.asarray(self.model.predict(task, states), dtype=np.float64)
+        return scores + 100.0 * np.array([parallel_region_starts(s) > 1 for s in states])
+
+
+def test_a_program_that_starts_parallel_regions_repeatedly_is_never_the_zero_trial_pick():
+    w = ops.suite_workload("GMM-1x48x64x80")
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors))
+    s = task.dag.init_state()
+    c = next(i for i, st in enumerate(s.stages) if not st.is_placeholder)
+    restarted = s.parallel(c, s.stages[c].iters[2].name)          # inside a serial loop of 48 rows
+    assert parallel_region_starts(restarted) == 48
+    model = _FavoursRestartedRegions(load_base_model(SHIPPED_MODEL))
+    params = SearchParams(population=32, generations=1, init_min_population=16, islands=1)
+    ranked = ranked_programs(task, model, 0, [restarted], params, top=10_000)
+    assert model.predict(task, [restarted])[0] > max(model.predict(task, ranked[:1]))   # the model's favourite...
+    assert parallel_region_starts(ranked[0]) == 1                                       # ...is not picked
+    assert ranked[-1].key == restarted.key or parallel_region_starts(ranked[-1]) > 1
+    inputs = w.random_inputs(np.random.default_rng(1))
+    outputs = w.output_buffers()
+    _run(ir.build(task.dag, ranked[0], layout_rewrite=True), task.dag, inputs, outputs)
+    for got, want in zip(outputs, w.reference(inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)

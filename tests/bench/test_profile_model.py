@@ -114,3 +114,26 @@ def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, mon
     assert model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
     assert model["one_thread_ms"] > 0 and model["default_schedules_ms"] > 0
     assert sum(f["one_thread_ms"] for f in families) == pytest.approx(model["one_thread_kernels_sum_ms"])
+
+
+def test_against_times_the_tasks_whose_programs_differ_in_turns(capsys, monkeypatch, tmp_path):
+    from autosched.graph.executor import default_schedule
+    from ir.steps import steps_to_json
+    monkeypatch.setenv("AUTOSCHED_BASE_MODEL", SHIPPED_MODEL)
+    programs, other = str(tmp_path / "programs.json"), str(tmp_path / "other.json")
+    assert P.main(["--smoke", "--json-only", "--cprofile-tasks", "0", "--programs", programs, "--search-only"]) == 0
+    capsys.readouterr()
+    search = json.load(open(programs))
+    part = G.partition(G.from_onnx(P.smoke_model_path()))
+    task = max(part.tasks, key=lambda w: w.dag.flop_count())           # its default schedule in the other set
+    assert search["steps"][task.workload_key] != steps_to_json(default_schedule(task.dag).steps)
+    search["steps"][task.workload_key] = steps_to_json(default_schedule(task.dag).steps)
+    with open(other, "w") as f:
+        json.dump(search, f)
+    assert P.main(["--smoke", "--json-only", "--cprofile-tasks", "0", "--programs", programs, "--against", other]) == 0
+    model = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"][-1]
+    changed, = model["against_kernels"]
+    assert changed["kernel"] == task.desc and changed["calls"] >= 1
+    assert changed["ms"] > 0 and changed["against_ms"] > 0 and model["against_ms"] > 0
+    assert P.main(["--smoke", "--json-only", "--programs", programs, "--against", str(tmp_path / "none.json")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -50,3 +50,19 @@ def test_guarded_reads_are_padding_and_concatenation_not_data_dependent_selects(
     assert A.has_guarded_read(s, s.stage_index("cat"))
     assert not A.has_guarded_read(s, s.stage_index("leaky"))  # the condition reads data: no index guard
     assert not A.has_guarded_read(s, s.stage_index("X"))
+
+
+def test_parallel_region_starts_counts_the_loops_around_a_parallel_loop():
+    x, w = ir.placeholder((8, 6), name="X"), ir.placeholder((6, 12), name="W", constant=True)
+    s = ir.ComputeDAG([x, w, ops.relu(ops.matmul(x, w, name="C"), name="D")]).init_state()
+    c, d = s.stage_index("C"), s.stage_index("D")
+    assert A.parallel_region_starts(s) == 1                     # no parallel loop
+    outer = s.parallel(d, s.stages[d].iters[0].name)
+    assert A.parallel_region_starts(outer) == 1                 # outermost: once a call
+    inner = s.parallel(d, s.stages[d].iters[1].name)
+    assert A.parallel_region_starts(inner) == 8                 # inside a serial loop of 8 rows
+    # a stage computed inside a consumer's loop: the consumer's loops up to there count too
+    tiled = s.split(d, s.stages[d].iters[1].name, [4])          # D: i, j.0 (3), j.1 (4)
+    tiled = tiled.compute_at(c, d, 1)
+    nested = tiled.parallel(c, tiled.stages[c].iters[0].name)
+    assert A.parallel_region_starts(nested) == 8 * 3

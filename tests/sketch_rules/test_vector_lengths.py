@@ -78,3 +78,54 @@ def test_tile_size_mutation_keeps_vector_lengths_on_the_grid(mutate):
     check_computes(w, task, children[0])
     free = [c for _ in range(6) for p in programs if (c := mutate(p, rng, None)) is not None]
     assert sum(SR.off_grid_vector_loops(c) for c in free) > 0
+
+
+def conv_stage(state):
+    return next(st for st in state.stages if st.op.name.startswith("group_conv"))
+
+
+@pytest.mark.parametrize("channels, groups, span", [(48, 2, 24), (64, 4, 16), (48, 12, 48), (48, 1, 48)])
+def test_a_grouped_convolutions_lane_span_is_its_group_when_the_lane_group_divides_it(channels, groups, span):
+    """The input channel of output channel c is (c // (C/g)) * (C/g) + rc: one value for a
+    group's outputs. 4 channels a group (48/12) is no multiple of 8 lanes: the axis's extent."""
+    _, task = conv_task(channels, groups, 3)
+    stage = next(st for st in task.dag.init_state().stages if st.op.name.endswith("conv2d_nhwc"))
+    assert SR.annotation.lane_span(stage, "ax3") == span
+    assert SR.annotation.lane_span(stage, "ax1") == 4
+
+
+def test_a_vector_longer_than_its_span_or_not_dividing_it_is_off_the_grid():
+    assert SR.good_vector_length(24, 24) and SR.good_vector_length(8, 24)
+    assert not SR.good_vector_length(48, 24) and not SR.good_vector_length(16, 24)
+    assert not SR.good_vector_length(56, 24)
+
+
+def _gathers(task, state) -> int:
+    return ir.build(task.dag, state, layout_rewrite=True).llvm_ir.count("masked.gather")
+
+
+def test_sampling_vectorises_a_grouped_convolution_within_its_groups_without_gathers():
+    w, task = conv_task(48, 2, 3)                    # 24 channels a group
+    programs = SR.sample_programs(task, SR.generate_sketches(task), 60, np.random.default_rng(0))
+    lengths = {conv_stage(p).iters[-1].extent for p in programs if conv_stage(p).iters[-1].annotation == "vectorize"}
+    assert lengths and lengths <= {1, 8, 24} and lengths & {8, 24}
+    assert sum(SR.off_grid_vector_loops(p) for p in programs) == 0
+    wide = [p for p in programs if conv_stage(p).iters[-1].annotation == "vectorize"
+            and conv_stage(p).iters[-1].extent > 1]
+    assert _gathers(task, wide[0]) == 0
+    check_computes(w, task, wide[0])
+
+
+def test_a_vector_across_groups_gathers_its_input():
+    """Why the span: 16 lanes of 24-channel groups read the input by gather (8 do not)."""
+    w, task = conv_task(48, 2, 3)
+    s = task.dag.init_state()
+    for name in ("bias_add_0", "pad"):
+        s = s.compute_inline(s.stage_index(name))
+    conv = s.stage_index("group_conv2d_nhwc")
+    for lanes, gathers in ((16, True), (8, False)):
+        p = s.split(conv, "ax3", [lanes]).reorder(conv, ["ax0", "ax1", "ax2", "ax3.0", "rh", "rw", "rc", "ax3.1"])
+        p = p.vectorize(conv, "ax3.1")
+        assert (_gathers(task, p) > 0) == gathers
+        assert (SR.off_grid_vector_loops(p) > 0) == gathers
+        check_computes(w, task, p)
