@@ -18,6 +18,7 @@ import ir
 from sketch_rules import search_space
 
 from .crossover import Crossover
+from .draw import Draw
 from .genes import shared_replays, sketch_length
 from .mutation import MutationContext, draw_mutation, mutations_for
 
@@ -66,20 +67,6 @@ def fewer_gc_passes(allocations: int = 10_000):
         if threshold[0] and freeze:
             gc.unfreeze()
         gc.set_threshold(*threshold)
-
-
-class Draw:
-    """Draws an index with probabilities ``p`` (non-negative, summing to 1) exactly as
-    ``rng.choice(len(p), p=p)`` does (the same index from the same one uniform number),
-    with the cumulative distribution made once rather than at every draw: a generation
-    draws thousands of parents from one distribution."""
-
-    def __init__(self, p: np.ndarray):
-        self.cdf = np.cumsum(np.asarray(p, dtype=np.float64))
-        self.cdf /= self.cdf[-1]
-
-    def __call__(self, rng: np.random.Generator) -> int:
-        return int(self.cdf.searchsorted(rng.random(), side="right"))
 
 
 class Evolution:
