@@ -11,6 +11,7 @@ import collections
 import contextlib
 import gc
 import heapq
+import threading
 
 import numpy as np
 
@@ -54,19 +55,35 @@ def fewer_gc_passes(allocations: int = 10_000):
     memos that grows all round, and collecting the older generations over it cost a tenth
     to a fifth of a round. The heap from before is frozen (``gc.freeze``) while inside
     unless something else froze objects already; the round's few cyclic leftovers (frames
-    of rejected candidates) wait for the first full pass after it."""
-    threshold = gc.get_threshold()
-    freeze = gc.get_freeze_count() == 0
-    if threshold[0]:  # 0: automatic collection is off, and stays so
-        gc.set_threshold(max(allocations, threshold[0]), max(threshold[1], 1000), max(threshold[2], 1000))
-        if freeze:
-            gc.freeze()
+    of rejected candidates) wait for the first full pass after it. Nested or overlapping
+    uses (threads) share the outermost's settings, restored when the last one leaves."""
+    global _gc_saved
+    with _gc_lock:
+        if _gc_saved is None:
+            threshold = gc.get_threshold()
+            freeze = bool(threshold[0]) and gc.get_freeze_count() == 0  # threshold 0: collection is off
+            if threshold[0]:
+                gc.set_threshold(max(allocations, threshold[0]), max(threshold[1], 1000), max(threshold[2], 1000))
+            if freeze:
+                gc.freeze()
+            _gc_saved = [threshold, freeze, 0]
+        _gc_saved[2] += 1
     try:
         yield
     finally:
-        if threshold[0] and freeze:
-            gc.unfreeze()
-        gc.set_threshold(*threshold)
+        with _gc_lock:
+            _gc_saved[2] -= 1
+            if not _gc_saved[2]:
+                threshold, freeze, _ = _gc_saved
+                if freeze:
+                    gc.unfreeze()
+                gc.set_threshold(*threshold)
+                _gc_saved = None
+
+
+#: (thresholds before, whether it froze the heap, uses inside) while ``fewer_gc_passes`` is in use
+_gc_saved: list | None = None
+_gc_lock = threading.Lock()
 
 
 class Evolution:

@@ -166,7 +166,11 @@ def test_fewer_gc_passes_collects_only_young_objects_inside():
         gc.set_threshold(700, 10, 10)
         with fewer_gc_passes(5000):
             assert gc.get_threshold() == (5000, 1000, 1000)
-            assert gc.get_freeze_count() > 0  # the heap from before is not rescanned
+            frozen = gc.get_freeze_count()
+            assert frozen > 0  # the heap from before is not rescanned
+            with fewer_gc_passes(20_000):  # nested: the outermost's settings stay
+                assert gc.get_threshold() == (5000, 1000, 1000) and gc.get_freeze_count() == frozen
+            assert gc.get_threshold() == (5000, 1000, 1000) and gc.get_freeze_count() == frozen
             cycle = _Node()
             cycle.me = cycle  # a cycle made inside is still collected after
             alive = weakref.ref(cycle)
