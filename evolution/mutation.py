@@ -23,6 +23,7 @@ from sketch_rules import analysis as A
 from sketch_rules import search_space
 from sketch_rules.annotation import VECTOR_LANE_GROUP, compute_location_choices, divisors, off_grid_vector_loops
 
+from .draw import Draw
 from .genes import lengths_from_parts, replay, split_parts, with_step
 
 
@@ -334,10 +335,24 @@ def mutation_names() -> set[str]:
 def draw_mutation(rng: np.random.Generator, mutations: list[Mutation], weights: dict | None = None) -> Mutation:
     """One of ``mutations`` drawn by their weights, or by ``weights`` ({name: weight}, e.g.
     ``SearchParams.mutation_weights``, whose names ``SearchParams`` checks: a mutation it does
-    not name is not drawn); ``weights`` must name some of these."""
-    if weights is not None:
-        mutations = [m for m in mutations if m.name in weights]
-        if not mutations:
-            raise ValueError(f"mutation weights {weights} name none of this search space's mutations")
-    p = np.array([m.weight if weights is None else weights[m.name] for m in mutations], dtype=float)
-    return mutations[int(rng.choice(len(mutations), p=p / p.sum()))]
+    not name is not drawn); ``weights`` must name some of these. The same draw as
+    ``rng.choice`` with those probabilities, its distribution made once per list and weights
+    (a round draws thousands of mutations from one)."""
+    key = (tuple(id(m) for m in mutations), None if weights is None else tuple(weights.items()))
+    hit = _DRAWS.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], mutations)):
+        if weights is not None:
+            drawn = [m for m in mutations if m.name in weights]
+            if not drawn:
+                raise ValueError(f"mutation weights {weights} name none of this search space's mutations")
+        else:
+            drawn = list(mutations)
+        p = np.array([m.weight if weights is None else weights[m.name] for m in drawn], dtype=float)
+        if len(_DRAWS) >= 64:
+            _DRAWS.clear()
+        hit = _DRAWS[key] = (tuple(mutations), drawn, Draw(p / p.sum()))
+    return hit[1][hit[2](rng)]
+
+
+#: the draws of ``draw_mutation`` by (ids of the mutations, weights), with the mutations kept alive
+_DRAWS: dict = {}

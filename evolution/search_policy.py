@@ -20,7 +20,7 @@ import ir
 import sketch_rules
 
 from . import islands
-from .evolve import Evolution
+from .evolve import Evolution, fewer_gc_passes
 from .mutation import mutation_names
 
 
@@ -166,6 +166,10 @@ class SketchPolicy:
     def sample_initial(self) -> list[ir.State]:
         """Fresh random programs: batches of ``population`` samples until at least
         ``init_min_population`` unique ones (the target halves after 5 fruitless batches)."""
+        with fewer_gc_passes():
+            return self._sample_initial()
+
+    def _sample_initial(self) -> list[ir.State]:
         p = self.params
         target, out, fruitless = p.init_min_population, {}, 0
         while len(out) < target:

@@ -75,7 +75,7 @@ class Store(Stmt):
     value: E.Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class For(Stmt):
     var: E.Var
     extent: int
@@ -83,6 +83,12 @@ class For(Stmt):
     body: Stmt
     #: name of the iterator this loop came from, for printing and features
     name: str = ""
+
+    def __init__(self, var: E.Var, extent: int, kind: str, body: Stmt, name: str = ""):
+        # written out: a frozen dataclass's own __init__ sets each field through
+        # object.__setattr__, and lowering for features makes ~10^5 loops a search round
+        d = self.__dict__
+        d["var"], d["extent"], d["kind"], d["body"], d["name"] = var, extent, kind, body, name
 
 
 @dataclass(frozen=True, eq=False)

@@ -269,3 +269,18 @@ def test_draw_picks_what_rng_choice_picks_from_the_same_stream(seed):
     assert picks == [int(numpy_s.choice(n, p=p)) for _ in range(300)]
     assert ours.random() == numpy_s.random()  # one uniform number a draw, as rng.choice
     assert all(p[i] > 0 for i in picks)
+
+
+@pytest.mark.parametrize("weights", [None, {"tile_size": 0.5, "auto_unroll": 0.25, "parallel": 0.25},
+                                     {"auto_unroll": 1.0}])
+def test_draw_mutation_draws_what_rng_choice_draws(weights):
+    from evolution.mutation import cpu_mutations, draw_mutation
+    mutations = cpu_mutations()
+    drawn = [m for m in mutations if weights is None or m.name in weights]
+    p = np.array([m.weight if weights is None else weights[m.name] for m in drawn], dtype=float)
+    ours, numpy_s = np.random.default_rng(3), np.random.default_rng(3)
+    picks = [draw_mutation(ours, mutations, weights) for _ in range(200)]
+    assert picks == [drawn[int(numpy_s.choice(len(drawn), p=p / p.sum()))] for _ in range(200)]
+    assert len({m.name for m in picks}) == len(drawn)
+    with pytest.raises(ValueError, match="name none"):
+        draw_mutation(ours, mutations, {"no_such_mutation": 1.0})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -155,15 +156,35 @@ def test_frozen_replace_is_dataclasses_replace_and_forgets_the_cached_key():
         replace(state, _key="x")
 
 
-def test_fewer_gc_passes_raises_the_threshold_inside_only():
+class _Node:
+    """An object that can be part of a reference cycle and have a weak reference."""
+
+
+def test_fewer_gc_passes_collects_only_young_objects_inside():
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, 10, 10)
         with fewer_gc_passes(5000):
-            assert gc.get_threshold() == (5000, 10, 10)
-        assert gc.get_threshold() == (700, 10, 10)
+            assert gc.get_threshold() == (5000, 1000, 1000)
+            assert gc.get_freeze_count() > 0  # the heap from before is not rescanned
+            with fewer_gc_passes(20_000):  # nested: the outermost's settings stay
+                assert gc.get_threshold() == (5000, 1000, 1000) and gc.get_freeze_count() > 0
+            assert gc.get_threshold() == (5000, 1000, 1000) and gc.get_freeze_count() > 0
+            cycle = _Node()
+            cycle.me = cycle  # a cycle made inside is still collected after
+            alive = weakref.ref(cycle)
+            del cycle
+        assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+        gc.collect()
+        assert alive() is None
+        gc.freeze()  # somebody else's frozen objects stay frozen
+        with fewer_gc_passes(5000):
+            pass
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
         gc.set_threshold(0, 10, 10)
         with fewer_gc_passes(5000):
-            assert gc.get_threshold()[0] == 0
+            assert gc.get_threshold()[0] == 0 and gc.get_freeze_count() == 0
     finally:
+        gc.unfreeze()
         gc.set_threshold(*before)
