@@ -34,6 +34,7 @@ from ir.dtype import itemsize
 from .graph import Graph, Node
 from ..ops.registry import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
 from .passes import fold_batch_norm as _fold_batch_norm
+from .passes import sink_reshapes as _sink_reshapes
 from .passes import use_winograd as _use_winograd
 
 
@@ -266,6 +267,7 @@ def partition(graph: Graph, fold_batch_norm: bool = True, include_simple_tasks: 
                          "one set of shapes (from_onnx(path, input_shapes={...})), or run it through "
                          "model.executor(), which imports it per shape")
     runnable = _fold_batch_norm(graph) if fold_batch_norm else graph
+    runnable = _sink_reshapes(runnable)
     runnable = _use_winograd(runnable) if winograd else runnable
     subgraphs, workloads, by_key = [], [], {}
     for nodes, pattern in _fuse_groups(runnable):

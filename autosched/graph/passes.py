@@ -6,6 +6,16 @@ part of the weights: scale = gamma / sqrt(var + eps), w' = w · scale (per outpu
 followed by a bias_add of beta − (mean − bias) · scale. The graph keeps its inputs and
 outputs; the folded weights are new constants computed from the old ones on first use.
 
+``sink_reshapes``: an operator that maps elements (``OpDef.maps_elements``: GELU's Pow,
+Mul, Add and Tanh, a residual add) applied to a reshaped tensor is computed in the shape
+the tensor had before the reshape, and the reshape moves after it (its other operands
+reshaped alike where their broadcasting carries over: a scalar, a vector along the
+unchanged last axes, a tensor of the whole shape; a constant reshaped once, a run-time
+tensor by a reshape, which the executor runs as a view); a reshape of a reshape reads the
+first one's source. A dense layer exported as Gemm between reshapes (GPT-2's Conv1D:
+``Reshape -> Gemm -> Reshape -> GELU``) then has its GELU and residual add right after it,
+where the partitioner fuses them into its task, and reshapes only between anchors, views.
+
 ``use_winograd``: a 3×3, stride-1, undilated, ungrouped convolution with constant weights,
 wide enough and with enough output tiles, becomes ``conv2d_winograd`` (``autosched.ops.winograd``), its
 weight transformed once (``U = G g Gᵀ``) into a new constant, as TVM's CPU strategy and
@@ -16,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import winograd
+from ..ops.registry import opdef
 from .graph import Graph, Node
 
 _FOLDABLE = ("conv", "depthwise_conv2d", "conv2d_transpose", "dense")
@@ -76,7 +87,7 @@ def _rewrite(graph: Graph, replace) -> Graph:
             new[id(node)] = Node(node.kind, inputs, dict(node.attrs), node.shape, node.dtype, node.name)
     if not changed:
         return graph
-    return Graph(graph.inputs, [mapped(o) for o in graph.outputs], graph.name)
+    return Graph(graph.inputs, [mapped(o) for o in graph.outputs], graph.name, graph.input_dtypes, graph.output_dtypes)
 
 
 def _folded(graph: Graph, node: Node, mapped) -> Node | None:
@@ -103,6 +114,59 @@ def fold_batch_norm(graph: Graph) -> Graph:
     """``graph`` with batch norms folded into the preceding conv/dense weights (and bias) (a
     new Graph; nodes that do not change are shared with ``graph``)."""
     return _rewrite(graph, lambda node, mapped: _folded(graph, node, mapped))
+
+
+def _reshaped(node: Node, shape: tuple, name: str) -> Node:
+    """``node``'s elements in ``shape`` (C order): what a reshape of a reshape reads is the
+    first one's source; a constant is reshaped once (a new constant)."""
+    shape = tuple(shape)
+    while node.kind == "reshape":
+        node = node.inputs[0]
+    if tuple(node.shape) == shape:
+        return node
+    if node.is_const:
+        return Node("const", shape=shape, dtype=node.dtype, name=f"{node.name}_reshaped",
+                    init=lambda rng, c=node, s=shape: c.value.reshape(s))
+    return Node("reshape", (node,), {"shape": shape}, shape, node.dtype, name)
+
+
+def _operand_before_reshape(operand: Node, before: tuple, after: tuple, name: str) -> Node | None:
+    """``operand`` of an elementwise node of shape ``after``, for the same node computed in
+    shape ``before`` (both C-order views of the same elements); None where its broadcasting
+    does not carry over (it varies along an axis that the reshape changes)."""
+    if tuple(operand.shape) == after:
+        return _reshaped(operand, before, name)
+    core = tuple(operand.shape)
+    while core and core[0] == 1:      # leading axes of extent 1 broadcast in any shape
+        core = core[1:]
+    if len(core) > len(before) or before[len(before) - len(core):] != after[len(after) - len(core):]:
+        return None
+    return operand if len(operand.shape) <= len(before) else _reshaped(operand, core or (1,), name)
+
+
+def _sunk(node: Node, mapped) -> Node | None:
+    """The replacement of ``node`` by ``sink_reshapes`` (see the module docstring), or None."""
+    inputs = [mapped(p) for p in node.inputs]
+    if node.kind == "reshape":
+        return _reshaped(inputs[0], node.shape, node.name) if inputs[0].kind == "reshape" else None
+    if not opdef(node.kind).maps_elements:
+        return None
+    after = tuple(node.shape)
+    lead = next((p for p in inputs if p.kind == "reshape" and tuple(p.shape) == after and p.inputs[0].is_op), None)
+    if lead is None:
+        return None
+    before = tuple(lead.inputs[0].shape)
+    operands = [_operand_before_reshape(p, before, after, f"{node.name}_in{k}") for k, p in enumerate(inputs)]
+    if any(o is None for o in operands):
+        return None
+    inner = Node(node.kind, tuple(operands), dict(node.attrs), before, node.dtype, node.name)
+    return Node("reshape", (inner,), {"shape": after}, after, node.dtype, f"{node.name}_reshaped")
+
+
+def sink_reshapes(graph: Graph) -> Graph:
+    """``graph`` with reshapes moved after the elementwise operators that read them (see the
+    module docstring; a new Graph, unchanged nodes shared with ``graph``)."""
+    return _rewrite(graph, _sunk)
 
 
 #: Winograd pays off on wide layers (``autosched.ops.winograd``: its transforms cost about
