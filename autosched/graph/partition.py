@@ -7,7 +7,8 @@ output and has no other consumer (so every group has one output and the groups f
 1. an anchor (conv, dense, matmul, batch_matmul) starts a group and absorbs the chain of
    elementwise/broadcast consumers after it (bias, batch norm, residual add, activation);
 2. elementwise, broadcast and injective nodes join an elementwise/injective producer group
-   (elementwise ones also an anchor group), making chains of cheap ops one kernel;
+   (elementwise ones also an anchor group, which they prefer), making chains of cheap ops
+   one kernel;
 3. a reduction (softmax, layer norm, pooling) starts a group and takes in the
    elementwise/injective groups that feed only it (e.g. the residual add before a layer norm);
 4. where a node's consumers are several elementwise/broadcast nodes whose paths all meet
@@ -200,7 +201,8 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
         if source is not None and group_of[id(source)]["pattern"] in (ELEMWISE, BROADCAST, INJECTIVE, ANCHOR):
             joined = group_of[id(source)]
         elif pat <= INJECTIVE:
-            for p in producers:
+            # an anchor's group first: its epilogue saves a pass over memory, a reshape's group a view
+            for p in sorted(producers, key=lambda p: group_of[id(p)]["pattern"] != ANCHOR):
                 g = group_of.get(id(p))
                 if not eligible(p, n):
                     continue

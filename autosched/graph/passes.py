@@ -144,29 +144,43 @@ def _operand_before_reshape(operand: Node, before: tuple, after: tuple, name: st
     return operand if len(operand.shape) <= len(before) else _reshaped(operand, core or (1,), name)
 
 
-def _sunk(node: Node, mapped) -> Node | None:
-    """The replacement of ``node`` by ``sink_reshapes`` (see the module docstring), or None."""
-    inputs = [mapped(p) for p in node.inputs]
-    if node.kind == "reshape":
-        return _reshaped(inputs[0], node.shape, node.name) if inputs[0].kind == "reshape" else None
-    if not opdef(node.kind).maps_elements:
-        return None
-    after = tuple(node.shape)
-    lead = next((p for p in inputs if p.kind == "reshape" and tuple(p.shape) == after and p.inputs[0].is_op), None)
-    if lead is None:
-        return None
-    before = tuple(lead.inputs[0].shape)
-    operands = [_operand_before_reshape(p, before, after, f"{node.name}_in{k}") for k, p in enumerate(inputs)]
-    if any(o is None for o in operands):
-        return None
-    inner = Node(node.kind, tuple(operands), dict(node.attrs), before, node.dtype, node.name)
-    return Node("reshape", (inner,), {"shape": after}, after, node.dtype, f"{node.name}_reshaped")
+class _ReshapeSinker:
+    """``sink_reshapes``'s replacement of each node (see the module docstring). Where several
+    operands are reshapes, the one whose source was computed last leads (the operator is
+    computed in its source's shape): that source is the one most likely to have no other
+    reader (a dense layer's output beside the residual stream), so the operator can join
+    its group; the other operands are reshaped to match (views)."""
+
+    def __init__(self, graph: Graph):
+        #: a node's position in the graph; what replaces or copies a node takes its position
+        self.position = {id(n): k for k, n in enumerate(graph.nodes)}
+
+    def __call__(self, node: Node, mapped) -> Node | None:
+        inputs = [mapped(p) for p in node.inputs]
+        for p, q in zip(node.inputs, inputs):
+            self.position.setdefault(id(q), self.position[id(p)])
+        if node.kind == "reshape":
+            return _reshaped(inputs[0], node.shape, node.name) if inputs[0].kind == "reshape" else None
+        if not opdef(node.kind).maps_elements:
+            return None
+        after = tuple(node.shape)
+        leads = [p for p in inputs if p.kind == "reshape" and tuple(p.shape) == after and p.inputs[0].is_op]
+        if not leads:
+            return None
+        lead = max(leads, key=lambda p: self.position.get(id(p.inputs[0]), -1))
+        before = tuple(lead.inputs[0].shape)
+        operands = [_operand_before_reshape(p, before, after, f"{node.name}_in{k}") for k, p in enumerate(inputs)]
+        if any(o is None for o in operands):
+            return None
+        inner = Node(node.kind, tuple(operands), dict(node.attrs), before, node.dtype, node.name)
+        self.position[id(inner)] = self.position[id(node)]
+        return Node("reshape", (inner,), {"shape": after}, after, node.dtype, f"{node.name}_reshaped")
 
 
 def sink_reshapes(graph: Graph) -> Graph:
     """``graph`` with reshapes moved after the elementwise operators that read them (see the
     module docstring; a new Graph, unchanged nodes shared with ``graph``)."""
-    return _rewrite(graph, _sunk)
+    return _rewrite(graph, _ReshapeSinker(graph))
 
 
 #: Winograd pays off on wide layers (``autosched.ops.winograd``: its transforms cost about
