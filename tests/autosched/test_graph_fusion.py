@@ -1,0 +1,90 @@
+"""Fusion across reshapes (``graph.passes.sink_reshapes``): a dense layer exported as Gemm
+between reshapes (GPT-2's Conv1D) keeps its tanh GELU and its residual add in its task, and
+the network still computes what numpy computes node by node on the graph as given; and the
+arrays a run hands back stay the caller's."""
+import numpy as np
+
+from autosched import graph as G
+from autosched.graph.executor import run_reference
+from autosched.graph.passes import sink_reshapes
+
+
+def gelu_tanh_by_operators(b: G.GraphBuilder, x):
+    """GELU as GPT-2's export writes it, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): x is
+    read by three operators whose paths meet again."""
+    cube = b.op("power_scalar", [x], exponent=3.0)
+    inner = b.add(x, b.op("scalar", [cube], op="*", value=0.044715))
+    t = b.tanh(b.op("scalar", [inner], op="*", value=float(np.sqrt(2.0 / np.pi))))
+    return b.multiply(b.op("scalar", [x], op="*", value=0.5), b.op("scalar", [t], op="+", value=1.0))
+
+
+def conv1d_block():
+    """A GPT-2 MLP block at batch 1: every dense layer a Gemm on the flattened tokens between
+    reshapes, the tanh GELU and the residual add on the (1, tokens, width) tensors."""
+    b = G.GraphBuilder("conv1d_block", seed=0)
+    x = b.input((1, 6, 16))
+    h = b.reshape(b.dense(b.reshape(x, (6, 16)), 32), (1, 6, 32))
+    y = b.reshape(b.dense(b.reshape(gelu_tanh_by_operators(b, h), (6, 32)), 16), (1, 6, 16))
+    return b.graph([b.layer_norm(b.add(y, x))])
+
+
+def test_gelu_and_residual_add_join_their_dense_tasks_across_reshapes():
+    g = conv1d_block()
+    p = G.partition(g)
+    assert [sg.name for sg in p.subgraphs] == [
+        "fused_reshape",                   # the input seen as (6, 16): a view
+        "fused_dense_bias_add_scalar_power_scalar_scalar_add_scalar_tanh_scalar_multiply",
+        "fused_reshape",                   # the residual operand: the input seen as (6, 16) again, a view
+        "fused_dense_bias_add_add",
+        "fused_reshape_layer_norm"]
+    assert [t.name.split("_")[1] for t in p.tasks] == ["dense", "dense", "reshape"]
+    ex = G.GraphExecutor(p, base_model=None, warn_untuned=False)
+    assert ex.n_kernels == 3                # the reshapes are views, no kernel of their own
+    ok, err = ex.verify()                   # against numpy on the graph as given (reshapes first)
+    assert ok, err
+    x = g.random_inputs(1)
+    np.testing.assert_allclose(ex.run(*x)[0], run_reference(g, x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_sink_reshapes_moves_a_reshape_only_where_broadcasting_carries_over():
+    b = G.GraphBuilder("broadcasts", seed=0)
+    x = b.input((6, 8))
+    r = b.reshape(b.dense(x, 8), (2, 3, 8))
+    per_width = b.const((8,), G.normal(1.0), "per_width")     # along the last axis: the same before the reshape
+    per_row = b.const((3, 1), G.normal(1.0), "per_row")       # along an axis the reshape made: not
+    g = b.graph([b.multiply(b.add(r, per_width), per_row)])
+    sunk = sink_reshapes(g)
+    kinds = [(n.kind, n.shape) for n in sunk.nodes if n.is_op]
+    assert kinds == [("dense", (6, 8)), ("bias_add", (6, 8)), ("add", (6, 8)), ("reshape", (2, 3, 8)),
+                     ("multiply", (2, 3, 8))]
+    inputs = g.random_inputs(0)
+    np.testing.assert_allclose(run_reference(sunk, inputs)[0], run_reference(g, inputs)[0], rtol=1e-12)
+    assert G.GraphExecutor(G.partition(g), base_model=None, warn_untuned=False).verify()[0]
+
+
+def test_reshapes_of_reshapes_collapse_and_graph_outputs_keep_their_shape():
+    b = G.GraphBuilder("chain", seed=0)
+    x = b.input((4, 6))
+    y = b.tanh(b.reshape(b.reshape(b.relu(x), (2, 12)), (24,)))
+    g = b.graph([y])
+    sunk = sink_reshapes(g)
+    assert [(n.kind, n.shape) for n in sunk.nodes if n.is_op] == [("relu", (4, 6)), ("tanh", (4, 6)),
+                                                                   ("reshape", (24,))]
+    assert sunk.outputs[0].shape == (24,)
+    inputs = g.random_inputs(0)
+    np.testing.assert_allclose(run_reference(sunk, inputs)[0], run_reference(g, inputs)[0])
+
+
+def test_a_later_run_leaves_the_arrays_of_an_earlier_one_alone():
+    """The executor reuses its planned memory run after run; what ``run`` returns is the
+    caller's: a second run on other inputs neither changes it nor depends on it."""
+    g = conv1d_block()
+    ex = G.GraphExecutor(G.partition(g), base_model=None, warn_untuned=False)
+    x1, x2 = g.random_inputs(1), g.random_inputs(2)
+    y1 = ex.run(*x1)[0]
+    kept = y1.copy()
+    y2 = ex.run(*x2)[0]
+    np.testing.assert_array_equal(y1, kept)
+    assert not np.allclose(y1, y2)
+    np.testing.assert_allclose(y2, run_reference(g, x2)[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(ex.run(*x1)[0], kept)
