@@ -34,7 +34,9 @@ import ir
 from ir.dtype import itemsize
 from .graph import Graph, Node
 from ..ops.registry import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
+from .passes import elementwise_diamonds
 from .passes import fold_batch_norm as _fold_batch_norm
+from .passes import recognise_activations as _recognise_activations
 from .passes import sink_reshapes as _sink_reshapes
 from .passes import use_winograd as _use_winograd
 
@@ -148,34 +150,6 @@ def _ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"t_{s}"
 
 
-#: the most nodes a diamond (rule 4) may hold
-_DIAMOND_LIMIT = 16
-
-
-def _diamonds(graph: Graph, order: dict) -> dict[int, Node]:
-    """Rule 4: each node of a diamond, mapped to the node its paths start from."""
-    member_of: dict[int, Node] = {}
-    nodes = graph.nodes
-    for p in graph.op_nodes:
-        if len(graph.consumers(p)) < 2 or graph.is_output(p):
-            continue
-        region, inside = [], {id(p)}
-        for m in nodes[order[id(p)] + 1:]:
-            if not any(id(q) in inside for q in m.inputs):
-                continue
-            if opdef(m.kind).pattern > BROADCAST or len(region) == _DIAMOND_LIMIT:
-                break                      # a path leaves the elementwise ops before they meet
-            region.append(m)
-            inside.add(id(m))
-            upstream = [p] + region[:-1]
-            if all(id(c) in inside for x in upstream for c in graph.consumers(x)) and \
-                    not any(graph.is_output(x) for x in upstream):
-                if not any(id(r) in member_of for r in region):
-                    member_of.update((id(r), p) for r in region)
-                break
-    return member_of
-
-
 #: the most operators one fused group holds (Relay's ``max_fuse_depth``): a longer chain of
 #: elementwise operators is cut, so that no kernel's expressions nest thousands deep
 MAX_FUSE_DEPTH = 64
@@ -186,7 +160,7 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
     each in topological order, ordered by their outputs."""
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     group_of: dict[int, dict] = {}
-    diamond_of = _diamonds(graph, order)
+    diamond_of = elementwise_diamonds(graph)
 
     def eligible(p: Node, n: Node) -> bool:
         g = group_of.get(id(p))
@@ -269,7 +243,7 @@ def partition(graph: Graph, fold_batch_norm: bool = True, include_simple_tasks: 
                          "one set of shapes (from_onnx(path, input_shapes={...})), or run it through "
                          "model.executor(), which imports it per shape")
     runnable = _fold_batch_norm(graph) if fold_batch_norm else graph
-    runnable = _sink_reshapes(runnable)
+    runnable = _recognise_activations(_sink_reshapes(runnable))
     runnable = _use_winograd(runnable) if winograd else runnable
     subgraphs, workloads, by_key = [], [], {}
     for nodes, pattern in _fuse_groups(runnable):

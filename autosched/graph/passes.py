@@ -16,6 +16,17 @@ first one's source. A dense layer exported as Gemm between reshapes (GPT-2's Con
 ``Reshape -> Gemm -> Reshape -> GELU``) then has its GELU and residual add right after it,
 where the partitioner fuses them into its task, and reshapes only between anchors, views.
 
+``recognise_activations``: an activation that an exporter wrote as a chain of elementwise
+operators of one tensor (GELU's erf form, ``x / √2, Erf, + 1, · x, · 0.5``, and its tanh
+form, ``Pow, Mul, Add, Mul, Tanh, Add, Mul``: ``x`` read by several operators whose paths
+meet again, then maybe a few more operators with one reader each) becomes the one operator
+it computes (``gelu``, ``gelu_tanh``). The chain is recognised by what it computes, not by
+how it is written: its operators, given only ``x`` and one-element constants, are evaluated
+in float64 over a range of ``x`` and compared with each activation's reference. As one
+operator the activation is the epilogue of the dense layer before it, computed in its
+tiles with vector math; as a chain its expensive call (erf, tanh) is a stage of its own
+that the dense layer's program cannot compute inside its tiles.
+
 ``use_winograd``: a 3×3, stride-1, undilated, ungrouped convolution with constant weights,
 wide enough and with enough output tiles, becomes ``conv2d_winograd`` (``autosched.ops.winograd``), its
 weight transformed once (``U = G g Gᵀ``) into a new constant, as TVM's CPU strategy and
@@ -25,8 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops import reference as ref
 from ..ops import winograd
-from ..ops.registry import opdef
+from ..ops.registry import BROADCAST, opdef
 from .graph import Graph, Node
 
 _FOLDABLE = ("conv", "depthwise_conv2d", "conv2d_transpose", "dense")
@@ -108,6 +120,113 @@ def _folded(graph: Graph, node: Node, mapped) -> Node | None:
               / np.sqrt(v.value.astype(np.float64) + e))
     conv = Node(anchor.kind, (x, w2), dict(anchor.attrs), anchor.shape, anchor.dtype, anchor.name)
     return Node("bias_add", (conv, b2), {"axis": -1}, node.shape, node.dtype, f"{node.name}_folded")
+
+
+#: the most nodes a diamond (``elementwise_diamonds``) may hold
+_DIAMOND_LIMIT = 16
+
+
+def elementwise_diamonds(graph: Graph) -> dict[int, Node]:
+    """Each node of a diamond, mapped to the node its paths start from: a node read by
+    several elementwise/broadcast operators whose paths all meet again (GELU as exporters
+    write it; x·sigmoid(x)), the nodes of those paths up to where they meet (the last is
+    the diamond's output), as Relay fuses up to the post-dominator."""
+    order = {id(n): k for k, n in enumerate(graph.nodes)}
+    member_of: dict[int, Node] = {}
+    nodes = graph.nodes
+    for p in graph.op_nodes:
+        if len(graph.consumers(p)) < 2 or graph.is_output(p):
+            continue
+        region, inside = [], {id(p)}
+        for m in nodes[order[id(p)] + 1:]:
+            if not any(id(q) in inside for q in m.inputs):
+                continue
+            if opdef(m.kind).pattern > BROADCAST or len(region) == _DIAMOND_LIMIT:
+                break                      # a path leaves the elementwise ops before they meet
+            region.append(m)
+            inside.add(id(m))
+            upstream = [p] + region[:-1]
+            if all(id(c) in inside for x in upstream for c in graph.consumers(x)) and \
+                    not any(graph.is_output(x) for x in upstream):
+                if not any(id(r) in member_of for r in region):
+                    member_of.update((id(r), p) for r in region)
+                break
+    return member_of
+
+
+#: the activations ``recognise_activations`` knows: node kind -> numpy reference
+ACTIVATIONS = {"gelu": ref.gelu, "gelu_tanh": ref.gelu_tanh}
+#: where the chains are compared with them: both tails, the bend, and zero
+_PROBE = np.concatenate([np.linspace(-8.0, 8.0, 321), [-1e-3, 1e-3, 0.0]])
+#: the most operators with one reader each that may follow a diamond within an activation
+_TAIL_LIMIT = 3
+
+
+def _function_of(source: Node, chain: list, x: np.ndarray):
+    """What ``chain`` (operators in order, the last its output) computes from ``source = x``
+    in float64, or None where it reads anything but ``source``, itself and one-element
+    constants, or is not elementwise on ``source``'s shape."""
+    values = {id(source): x}
+    for node in chain:
+        if not opdef(node.kind).maps_elements or tuple(node.shape) != tuple(source.shape):
+            return None
+        args = []
+        for q in node.inputs:
+            if id(q) in values:
+                args.append(values[id(q)])
+            elif q.is_const and q.value.size == 1:
+                args.append(np.float64(q.value.reshape(())))
+            else:
+                return None
+        with np.errstate(all="ignore"):
+            values[id(node)] = np.asarray(opdef(node.kind).reference(args, node.attrs), np.float64)
+    return values[id(chain[-1])]
+
+
+def _activation_chains(graph: Graph) -> dict[int, tuple[str, Node]]:
+    """The output of each chain that computes one of ``ACTIVATIONS``, mapped to (its kind,
+    the chain's input)."""
+    member_of = elementwise_diamonds(graph)
+    regions: dict[int, list] = {}
+    sources: dict[int, Node] = {}
+    for node in graph.nodes:                       # diamonds by source, their nodes in order
+        source = member_of.get(id(node))
+        if source is not None:
+            regions.setdefault(id(source), []).append(node)
+            sources[id(source)] = source
+    found = {}
+    for key, chain in regions.items():
+        source = sources[key]
+        if source.dtype != "float32":
+            continue
+        for _ in range(_TAIL_LIMIT + 1):
+            y = _function_of(source, chain, _PROBE)
+            if y is None:
+                break
+            kind = next((k for k, fn in ACTIVATIONS.items() if np.allclose(y, fn(_PROBE), rtol=1e-5, atol=1e-6)),
+                        None)
+            if kind is not None:
+                found[id(chain[-1])] = (kind, source)
+                break
+            readers = graph.consumers(chain[-1])
+            if len(readers) != 1 or graph.is_output(chain[-1]):
+                break
+            chain = chain + readers
+    return found
+
+
+def recognise_activations(graph: Graph) -> Graph:
+    """``graph`` with each chain of elementwise operators that computes a known activation
+    replaced by that one operator (see the module docstring; a new Graph, unchanged nodes
+    shared with ``graph``)."""
+    chains = _activation_chains(graph)
+
+    def replace(node: Node, mapped) -> Node | None:
+        if id(node) not in chains:
+            return None
+        kind, source = chains[id(node)]
+        return Node(kind, (mapped(source),), {}, node.shape, node.dtype, node.name)
+    return _rewrite(graph, replace)
 
 
 def fold_batch_norm(graph: Graph) -> Graph:
