@@ -1,12 +1,13 @@
 """Fusion across reshapes (``graph.passes.sink_reshapes``): a dense layer exported as Gemm
-between reshapes (GPT-2's Conv1D) keeps its tanh GELU and its residual add in its task, and
+between reshapes (GPT-2's Conv1D) keeps its tanh GELU and its residual add in its task;
+GELU written as a chain of operators becomes one (``graph.passes.recognise_activations``);
 the network still computes what numpy computes node by node on the graph as given; and the
 arrays a run hands back stay the caller's."""
 import numpy as np
 
 from autosched import graph as G
 from autosched.graph.executor import run_reference
-from autosched.graph.passes import sink_reshapes
+from autosched.graph.passes import recognise_activations, sink_reshapes
 
 
 def gelu_tanh_by_operators(b: G.GraphBuilder, x):
@@ -33,7 +34,7 @@ def test_gelu_and_residual_add_join_their_dense_tasks_across_reshapes():
     p = G.partition(g)
     assert [sg.name for sg in p.subgraphs] == [
         "fused_reshape",                   # the input seen as (6, 16): a view
-        "fused_dense_bias_add_scalar_power_scalar_scalar_add_scalar_tanh_scalar_multiply",
+        "fused_dense_bias_add_gelu_tanh",  # the chain of seven operators, one operator
         "fused_reshape",                   # the residual operand: the input seen as (6, 16) again, a view
         "fused_dense_bias_add_add",
         "fused_reshape_layer_norm"]
@@ -88,3 +89,29 @@ def test_a_later_run_leaves_the_arrays_of_an_earlier_one_alone():
     assert not np.allclose(y1, y2)
     np.testing.assert_allclose(y2, run_reference(g, x2)[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(ex.run(*x1)[0], kept)
+
+
+def gelu_erf_by_operators(b: G.GraphBuilder, x, half):
+    """GELU as BERT's exporter writes it, (x · (1 + erf(x / √2))) · 0.5, the 0.5 a constant
+    tensor of one element (``half``) after the paths of x met."""
+    t = b.op("scalar", [b.op("erf", [b.op("scalar", [x], op="/", value=1.4142135381698608)])], op="+", value=1.0)
+    return b.multiply(b.multiply(x, t), half)
+
+
+def test_gelu_chains_become_one_operator_only_where_they_compute_gelu():
+    b = G.GraphBuilder("chains", seed=0)
+    x = b.input((4, 16))
+    half = b.const((1,), G.constant(0.5), "half")
+    gelu = gelu_erf_by_operators(b, b.dense(x, 16), half)
+    # not GELU: y · (1 + erf(y)) · 0.5, without the 1/√2 (the same diamond otherwise)
+    y = b.dense(x, 16, name="other")
+    t = b.op("scalar", [b.op("erf", [y])], op="+", value=1.0)
+    not_gelu = b.multiply(b.multiply(y, t), half)
+    g = b.graph([gelu, not_gelu])
+    kinds = [n.kind for n in recognise_activations(g).nodes if n.is_op]
+    assert kinds.count("gelu") == 1 and kinds.count("erf") == 1
+    p = G.partition(g)
+    assert "fused_dense_bias_add_gelu" in [t.name for t in p.tasks]
+    ex = G.GraphExecutor(p, base_model=None, warn_untuned=False)
+    ok, err = ex.verify()
+    assert ok, err
