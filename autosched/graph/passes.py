@@ -10,11 +10,15 @@ outputs; the folded weights are new constants computed from the old ones on firs
 Mul, Add and Tanh, a residual add) applied to a reshaped tensor is computed in the shape
 the tensor had before the reshape, and the reshape moves after it (its other operands
 reshaped alike where their broadcasting carries over: a scalar, a vector along the
-unchanged last axes, a tensor of the whole shape; a constant reshaped once, a run-time
-tensor by a reshape, which the executor runs as a view); a reshape of a reshape reads the
-first one's source. A dense layer exported as Gemm between reshapes (GPT-2's Conv1D:
-``Reshape -> Gemm -> Reshape -> GELU``) then has its GELU and residual add right after it,
-where the partitioner fuses them into its task, and reshapes only between anchors, views.
+unchanged last axes, a constant of the whole shape, reshaped once, or a reshape of a tensor
+of the same shape as the first operand's source); a reshape of a reshape reads the first
+one's source. A dense layer exported as Gemm between reshapes (GPT-2's Conv1D:
+``Reshape -> Gemm -> Reshape -> GELU``) then has its GELU right after it, where the
+partitioner fuses it into its task, and the reshapes between anchors are views. A run-time
+operand of the whole shape that is not such a reshape (a residual stream) stays: moving the
+reshape would make it a view of that tensor and the add an epilogue of the dense layer, a
+workload whose zero-trial program measured slower on GPT-2 (its residual add, at root,
+was not vectorised) than the dense layer and a separate add.
 
 ``recognise_activations``: an activation that an exporter wrote as a chain of elementwise
 operators of one tensor (GELU's erf form, ``x / √2, Erf, + 1, · x, · 0.5``, and its tanh
@@ -254,7 +258,9 @@ def _operand_before_reshape(operand: Node, before: tuple, after: tuple, name: st
     shape ``before`` (both C-order views of the same elements); None where its broadcasting
     does not carry over (it varies along an axis that the reshape changes)."""
     if tuple(operand.shape) == after:
-        return _reshaped(operand, before, name)
+        if operand.is_const or operand.kind == "reshape" and tuple(operand.inputs[0].shape) == before:
+            return _reshaped(operand, before, name)
+        return None     # a run-time tensor: left where it is (see the module docstring)
     core = tuple(operand.shape)
     while core and core[0] == 1:      # leading axes of extent 1 broadcast in any shape
         core = core[1:]
