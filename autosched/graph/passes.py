@@ -38,6 +38,8 @@ its weight pre-transform do for NHWC.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ops import reference as ref
@@ -178,7 +180,7 @@ def _function_of(source: Node, chain: list, x: np.ndarray):
         for q in node.inputs:
             if id(q) in values:
                 args.append(values[id(q)])
-            elif q.is_const and q.value.size == 1:
+            elif q.is_const and math.prod(q.shape) == 1:
                 args.append(np.float64(q.value.reshape(())))
             else:
                 return None
