@@ -1,5 +1,10 @@
 """Partition a network into fused subgraphs, and the subgraphs into tuning tasks.
 
+Before fusing, the graph passes fold batch norms into their convolutions, move reshapes after
+the elementwise operators that read them and make GELU written as a chain of operators one
+operator (``passes.sink_reshapes``, ``passes.recognise_activations``), then compute the
+qualifying 3x3 convolutions by Winograd's algorithm.
+
 The fusion rules follow Relay's FuseOps (patterns in ``ops.registry``), walking the nodes in
 topological order; a node joins a producer's group only when that producer is the group's
 output and has no other consumer (so every group has one output and the groups form a DAG):
@@ -12,7 +17,7 @@ output and has no other consumer (so every group has one output and the groups f
 3. a reduction (softmax, layer norm, pooling) starts a group and takes in the
    elementwise/injective groups that feed only it (e.g. the residual add before a layer norm);
 4. where a node's consumers are several elementwise/broadcast nodes whose paths all meet
-   again (a diamond: GELU as ONNX exporters write it, x·(1 + erf(x/√2))/2; x·sigmoid(x)),
+   again (a diamond, ``passes.elementwise_diamonds``: x·sigmoid(x); GELU unless recognised),
    the nodes of those paths up to where they meet join the node's group (an anchor's or an
    elementwise one's), as Relay fuses up to the post-dominator.
 
