@@ -29,7 +29,10 @@ the rest of the kernels run default schedules. Printed, all from one run:
   we lose to onnxruntime; a fused epilogue (bias, activation, residual add) counts with its
   anchor in every engine that fuses it;
 - end to end, timed in turns (ours, onnxruntime 2 threads, OpenVINO 2 threads f32), and the
-  executor's overhead (end to end against the sum of its kernels);
+  executor's overhead: end to end against the sum of its kernels, and against that sum with
+  each kernel's weights evicted from the caches before each call (a model whose weights
+  exceed the last-level cache reads them from memory in a run: that part of the ratio is
+  not the executor's);
 - optionally (``--against OTHER.json``, another ``--programs`` file of the model, e.g. another
   branch's search) those programs timed in turns with these: end to end, and every kernel
   whose program differs (one process, one machine state: a fair A/B on a busy machine);
@@ -70,6 +73,7 @@ from autosched.graph import onnx_baselines as B  # noqa: E402
 from autosched.graph import onnx_zoo  # noqa: E402
 from autosched.graph.executor import default_schedule  # noqa: E402
 from autosched.history.zero_trial import zero_trial_program  # noqa: E402
+from ir.cpu.runtime import can_evict, evict_from_caches, native_timer  # noqa: E402
 from evolution import SearchParams  # noqa: E402
 
 THREADS = 2
@@ -324,9 +328,24 @@ def _kernel_ms(kernel, args, repeat: int) -> float:
     return 1e3 * min(kernel.time(*args, number=1, repeat=repeat, min_repeat_ms=5).results)
 
 
+def _cold_kernel_ms(kernel, args, constants: list, repeat: int) -> float | None:
+    """The fastest of ``repeat`` single calls, each after its ``constants`` (the weights) were
+    evicted from the caches, as they come in a run of a model whose weights exceed the
+    last-level cache; None where arrays cannot be evicted (``ir.cpu.runtime.can_evict``)."""
+    if not can_evict():
+        return None
+    timer = native_timer(kernel, *args)
+    readings = []
+    for _ in range(repeat):
+        evict_from_caches(constants)
+        readings.append(timer(1))
+    return 1e3 * min(readings)
+
+
 def kernel_rows(executor, zero_trial: set, repeat: int, defaults=None) -> list[dict]:
     """Every kernel call of ``executor`` timed alone with its own arguments, on 2 threads and
-    on one (``one_thread_ms``: what its parallel regions gain or cost); with ``defaults``
+    on one (``one_thread_ms``: what its parallel regions gain or cost), and with its weights
+    evicted before each call (``cold_ms``: what it costs when they come from memory); with ``defaults``
     (the same network on default schedules), a zero-trial kernel's default schedule too
     (``default_ms``: what the base model's pick gains or loses)."""
     executor.run(*executor.graph.random_inputs(0))
@@ -337,6 +356,7 @@ def kernel_rows(executor, zero_trial: set, repeat: int, defaults=None) -> list[d
         key = sg.workload.workload_key
         origin = "tuned" if executor.programs[key].tuned else "zero-trial" if key in zero_trial else "default"
         ms = _kernel_ms(kernel, args, repeat)
+        cold_ms = _cold_kernel_ms(kernel, args, [a for a, n in zip(args, sg.inputs) if n.is_const], repeat)
         with openmp_threads(1):
             one_thread_ms = _kernel_ms(kernel, args, repeat)
         default_ms = _kernel_ms(*defaults.calls[k][1:], repeat) if defaults is not None and origin != "default" \
@@ -344,7 +364,7 @@ def kernel_rows(executor, zero_trial: set, repeat: int, defaults=None) -> list[d
         steps = executor.programs[key].state.steps
         regions = sum(getattr(step, "annotation", None) == "parallel" for step in steps)
         rows.append({"kernel": sg.workload.desc, "family": our_family(sg), "origin": origin, "ms": ms,
-                     "parallel_loops": regions,
+                     "cold_ms": cold_ms, "parallel_loops": regions,
                      "one_thread_ms": one_thread_ms, "default_ms": default_ms, "workload_key": key,
                      "task": sg.workload in executor.partitioned.tasks})
     return rows
@@ -743,8 +763,13 @@ def main(argv=None) -> int:
         f"{len(ours_rows)} kernel calls; kernels faster on one thread than on {THREADS}: {len(slower)}, "
         f"{sum(r['ms'] - r['one_thread_ms'] for r in slower):.3f} ms lost in them (each kernel on its better "
         f"thread count: {best_threads_sum:.3f} ms)")
+    cold_sum = None if any(r["cold_ms"] is None for r in ours_rows) else sum(r["cold_ms"] for r in ours_rows)
     say(f"# executor overhead: end to end {ours_ms:.3f} ms against the sum of its kernels {kern_sum:.3f} ms "
-        f"({ours_ms / kern_sum:.3f}x); onnxruntime end to end against its nodes' sum {ort_sum:.3f} ms "
+        f"({ours_ms / kern_sum:.3f}x)" + ("" if cold_sum is None else
+                                          f", against their sum with their weights evicted before each call "
+                                          f"{cold_sum:.3f} ms ({ours_ms / cold_sum:.3f}x: the rest is not weights "
+                                          f"coming from memory)") +
+        f"; onnxruntime end to end against its nodes' sum {ort_sum:.3f} ms "
         f"({ort_ms / ort_sum:.3f}x)")
 
     if other:
@@ -781,6 +806,7 @@ def main(argv=None) -> int:
     rows.append({"workload": name, "latency_ms": ours_ms, "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,
                  "vs_onnxruntime": ort_ms / ours_ms, "vs_openvino": ov_ms / ours_ms if ov_ms else None,
                  "kernels_sum_ms": kern_sum, "e2e_over_kernels": ours_ms / kern_sum,
+                 "cold_kernels_sum_ms": cold_sum, "e2e_over_cold_kernels": ours_ms / cold_sum if cold_sum else None,
                  "default_schedules_ms": default_ms, "one_thread_ms": one_ms, "one_thread_kernels_sum_ms": one_sum,
                  "default_schedules_kernels_sum_ms": default_sum, "best_thread_count_kernels_sum_ms": best_threads_sum,
                  "onnxruntime_nodes_sum_ms": ort_sum, "openvino_nodes_sum_ms": ov_sum,

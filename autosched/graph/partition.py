@@ -1,5 +1,10 @@
 """Partition a network into fused subgraphs, and the subgraphs into tuning tasks.
 
+Before fusing, the graph passes fold batch norms into their convolutions, move reshapes after
+the elementwise operators that read them and make GELU written as a chain of operators one
+operator (``passes.sink_reshapes``, ``passes.recognise_activations``), then compute the
+qualifying 3x3 convolutions by Winograd's algorithm.
+
 The fusion rules follow Relay's FuseOps (patterns in ``ops.registry``), walking the nodes in
 topological order; a node joins a producer's group only when that producer is the group's
 output and has no other consumer (so every group has one output and the groups form a DAG):
@@ -7,11 +12,12 @@ output and has no other consumer (so every group has one output and the groups f
 1. an anchor (conv, dense, matmul, batch_matmul) starts a group and absorbs the chain of
    elementwise/broadcast consumers after it (bias, batch norm, residual add, activation);
 2. elementwise, broadcast and injective nodes join an elementwise/injective producer group
-   (elementwise ones also an anchor group), making chains of cheap ops one kernel;
+   (elementwise ones also an anchor group, which they prefer), making chains of cheap ops
+   one kernel;
 3. a reduction (softmax, layer norm, pooling) starts a group and takes in the
    elementwise/injective groups that feed only it (e.g. the residual add before a layer norm);
 4. where a node's consumers are several elementwise/broadcast nodes whose paths all meet
-   again (a diamond: GELU as ONNX exporters write it, x·(1 + erf(x/√2))/2; x·sigmoid(x)),
+   again (a diamond, ``passes.elementwise_diamonds``: x·sigmoid(x); GELU unless recognised),
    the nodes of those paths up to where they meet join the node's group (an anchor's or an
    elementwise one's), as Relay fuses up to the post-dominator.
 
@@ -33,7 +39,10 @@ import ir
 from ir.dtype import itemsize
 from .graph import Graph, Node
 from ..ops.registry import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
+from .passes import elementwise_diamonds
 from .passes import fold_batch_norm as _fold_batch_norm
+from .passes import recognise_activations as _recognise_activations
+from .passes import sink_reshapes as _sink_reshapes
 from .passes import use_winograd as _use_winograd
 
 
@@ -146,34 +155,6 @@ def _ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"t_{s}"
 
 
-#: the most nodes a diamond (rule 4) may hold
-_DIAMOND_LIMIT = 16
-
-
-def _diamonds(graph: Graph, order: dict) -> dict[int, Node]:
-    """Rule 4: each node of a diamond, mapped to the node its paths start from."""
-    member_of: dict[int, Node] = {}
-    nodes = graph.nodes
-    for p in graph.op_nodes:
-        if len(graph.consumers(p)) < 2 or graph.is_output(p):
-            continue
-        region, inside = [], {id(p)}
-        for m in nodes[order[id(p)] + 1:]:
-            if not any(id(q) in inside for q in m.inputs):
-                continue
-            if opdef(m.kind).pattern > BROADCAST or len(region) == _DIAMOND_LIMIT:
-                break                      # a path leaves the elementwise ops before they meet
-            region.append(m)
-            inside.add(id(m))
-            upstream = [p] + region[:-1]
-            if all(id(c) in inside for x in upstream for c in graph.consumers(x)) and \
-                    not any(graph.is_output(x) for x in upstream):
-                if not any(id(r) in member_of for r in region):
-                    member_of.update((id(r), p) for r in region)
-                break
-    return member_of
-
-
 #: the most operators one fused group holds (Relay's ``max_fuse_depth``): a longer chain of
 #: elementwise operators is cut, so that no kernel's expressions nest thousands deep
 MAX_FUSE_DEPTH = 64
@@ -184,7 +165,7 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
     each in topological order, ordered by their outputs."""
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     group_of: dict[int, dict] = {}
-    diamond_of = _diamonds(graph, order)
+    diamond_of = elementwise_diamonds(graph)
 
     def eligible(p: Node, n: Node) -> bool:
         g = group_of.get(id(p))
@@ -199,7 +180,8 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
         if source is not None and group_of[id(source)]["pattern"] in (ELEMWISE, BROADCAST, INJECTIVE, ANCHOR):
             joined = group_of[id(source)]
         elif pat <= INJECTIVE:
-            for p in producers:
+            # an anchor's group first: its epilogue saves a pass over memory, a reshape's group a view
+            for p in sorted(producers, key=lambda p: group_of[id(p)]["pattern"] != ANCHOR):
                 g = group_of.get(id(p))
                 if not eligible(p, n):
                     continue
@@ -266,6 +248,7 @@ def partition(graph: Graph, fold_batch_norm: bool = True, include_simple_tasks: 
                          "one set of shapes (from_onnx(path, input_shapes={...})), or run it through "
                          "model.executor(), which imports it per shape")
     runnable = _fold_batch_norm(graph) if fold_batch_norm else graph
+    runnable = _recognise_activations(_sink_reshapes(runnable))
     runnable = _use_winograd(runnable) if winograd else runnable
     subgraphs, workloads, by_key = [], [], {}
     for nodes, pattern in _fuse_groups(runnable):

@@ -6,6 +6,31 @@ part of the weights: scale = gamma / sqrt(var + eps), w' = w · scale (per outpu
 followed by a bias_add of beta − (mean − bias) · scale. The graph keeps its inputs and
 outputs; the folded weights are new constants computed from the old ones on first use.
 
+``sink_reshapes``: an operator that maps elements (``OpDef.maps_elements``: GELU's Pow,
+Mul, Add and Tanh, a residual add) applied to a reshaped tensor is computed in the shape
+the tensor had before the reshape, and the reshape moves after it (its other operands
+reshaped alike where their broadcasting carries over: a scalar, a vector along the
+unchanged last axes, a constant of the whole shape, reshaped once, or a reshape of a tensor
+of the same shape as the first operand's source); a reshape of a reshape reads the first
+one's source. A dense layer exported as Gemm between reshapes (GPT-2's Conv1D:
+``Reshape -> Gemm -> Reshape -> GELU``) then has its GELU right after it, where the
+partitioner fuses it into its task, and the reshapes between anchors are views. A run-time
+operand of the whole shape that is not such a reshape (a residual stream) stays: moving the
+reshape would make it a view of that tensor and the add an epilogue of the dense layer, a
+workload whose zero-trial program measured slower on GPT-2 (its residual add, at root,
+was not vectorised) than the dense layer and a separate add.
+
+``recognise_activations``: an activation that an exporter wrote as a chain of elementwise
+operators of one tensor (GELU's erf form, ``x / √2, Erf, + 1, · x, · 0.5``, and its tanh
+form, ``Pow, Mul, Add, Mul, Tanh, Add, Mul``: ``x`` read by several operators whose paths
+meet again, then maybe a few more operators with one reader each) becomes the one operator
+it computes (``gelu``, ``gelu_tanh``). The chain is recognised by what it computes, not by
+how it is written: its operators, given only ``x`` and one-element constants, are evaluated
+in float64 over a range of ``x`` and compared with each activation's reference. As one
+operator the activation is the epilogue of the dense layer before it, computed in its
+tiles with vector math; as a chain its expensive call (erf, tanh) is a stage of its own
+that the dense layer's program cannot compute inside its tiles.
+
 ``use_winograd``: a 3×3, stride-1, undilated, ungrouped convolution with constant weights,
 wide enough and with enough output tiles, becomes ``conv2d_winograd`` (``autosched.ops.winograd``), its
 weight transformed once (``U = G g Gᵀ``) into a new constant, as TVM's CPU strategy and
@@ -13,9 +38,13 @@ its weight pre-transform do for NHWC.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..ops import reference as ref
 from ..ops import winograd
+from ..ops.registry import BROADCAST, opdef
 from .graph import Graph, Node
 
 _FOLDABLE = ("conv", "depthwise_conv2d", "conv2d_transpose", "dense")
@@ -76,7 +105,7 @@ def _rewrite(graph: Graph, replace) -> Graph:
             new[id(node)] = Node(node.kind, inputs, dict(node.attrs), node.shape, node.dtype, node.name)
     if not changed:
         return graph
-    return Graph(graph.inputs, [mapped(o) for o in graph.outputs], graph.name)
+    return Graph(graph.inputs, [mapped(o) for o in graph.outputs], graph.name, graph.input_dtypes, graph.output_dtypes)
 
 
 def _folded(graph: Graph, node: Node, mapped) -> Node | None:
@@ -99,10 +128,186 @@ def _folded(graph: Graph, node: Node, mapped) -> Node | None:
     return Node("bias_add", (conv, b2), {"axis": -1}, node.shape, node.dtype, f"{node.name}_folded")
 
 
+#: the most nodes a diamond (``elementwise_diamonds``) may hold
+_DIAMOND_LIMIT = 16
+
+
+def elementwise_diamonds(graph: Graph) -> dict[int, Node]:
+    """Each node of a diamond, mapped to the node its paths start from: a node read by
+    several elementwise/broadcast operators whose paths all meet again (GELU as exporters
+    write it; x·sigmoid(x)), the nodes of those paths up to where they meet (the last is
+    the diamond's output), as Relay fuses up to the post-dominator."""
+    order = {id(n): k for k, n in enumerate(graph.nodes)}
+    member_of: dict[int, Node] = {}
+    nodes = graph.nodes
+    for p in graph.op_nodes:
+        if len(graph.consumers(p)) < 2 or graph.is_output(p):
+            continue
+        region, inside = [], {id(p)}
+        for m in nodes[order[id(p)] + 1:]:
+            if not any(id(q) in inside for q in m.inputs):
+                continue
+            if opdef(m.kind).pattern > BROADCAST or len(region) == _DIAMOND_LIMIT:
+                break                      # a path leaves the elementwise ops before they meet
+            region.append(m)
+            inside.add(id(m))
+            upstream = [p] + region[:-1]
+            if all(id(c) in inside for x in upstream for c in graph.consumers(x)) and \
+                    not any(graph.is_output(x) for x in upstream):
+                if not any(id(r) in member_of for r in region):
+                    member_of.update((id(r), p) for r in region)
+                break
+    return member_of
+
+
+#: the activations ``recognise_activations`` knows: node kind -> numpy reference
+ACTIVATIONS = {"gelu": ref.gelu, "gelu_tanh": ref.gelu_tanh}
+#: where the chains are compared with them: both tails, the bend, and zero
+_PROBE = np.concatenate([np.linspace(-8.0, 8.0, 321), [-1e-3, 1e-3, 0.0]])
+#: the most operators with one reader each that may follow a diamond within an activation
+_TAIL_LIMIT = 3
+
+
+def _function_of(source: Node, chain: list, x: np.ndarray):
+    """What ``chain`` (operators in order, the last its output) computes from ``source = x``
+    in float64, or None where it reads anything but ``source``, itself and one-element
+    constants, or is not elementwise on ``source``'s shape."""
+    values = {id(source): x}
+    for node in chain:
+        if not opdef(node.kind).maps_elements or tuple(node.shape) != tuple(source.shape):
+            return None
+        args = []
+        for q in node.inputs:
+            if id(q) in values:
+                args.append(values[id(q)])
+            elif q.is_const and math.prod(q.shape) == 1:
+                args.append(np.float64(q.value.reshape(())))
+            else:
+                return None
+        with np.errstate(all="ignore"):
+            values[id(node)] = np.asarray(opdef(node.kind).reference(args, node.attrs), np.float64)
+    return values[id(chain[-1])]
+
+
+def _activation_chains(graph: Graph) -> dict[int, tuple[str, Node]]:
+    """The output of each chain that computes one of ``ACTIVATIONS``, mapped to (its kind,
+    the chain's input)."""
+    member_of = elementwise_diamonds(graph)
+    regions: dict[int, list] = {}
+    sources: dict[int, Node] = {}
+    for node in graph.nodes:                       # diamonds by source, their nodes in order
+        source = member_of.get(id(node))
+        if source is not None:
+            regions.setdefault(id(source), []).append(node)
+            sources[id(source)] = source
+    found = {}
+    for key, chain in regions.items():
+        source = sources[key]
+        if source.dtype != "float32":
+            continue
+        for _ in range(_TAIL_LIMIT + 1):
+            y = _function_of(source, chain, _PROBE)
+            if y is None:
+                break
+            kind = next((k for k, fn in ACTIVATIONS.items() if np.allclose(y, fn(_PROBE), rtol=1e-5, atol=1e-6)),
+                        None)
+            if kind is not None:
+                found[id(chain[-1])] = (kind, source)
+                break
+            readers = graph.consumers(chain[-1])
+            if len(readers) != 1 or graph.is_output(chain[-1]):
+                break
+            chain = chain + readers
+    return found
+
+
+def recognise_activations(graph: Graph) -> Graph:
+    """``graph`` with each chain of elementwise operators that computes a known activation
+    replaced by that one operator (see the module docstring; a new Graph, unchanged nodes
+    shared with ``graph``)."""
+    chains = _activation_chains(graph)
+
+    def replace(node: Node, mapped) -> Node | None:
+        if id(node) not in chains:
+            return None
+        kind, source = chains[id(node)]
+        return Node(kind, (mapped(source),), {}, node.shape, node.dtype, node.name)
+    return _rewrite(graph, replace)
+
+
 def fold_batch_norm(graph: Graph) -> Graph:
     """``graph`` with batch norms folded into the preceding conv/dense weights (and bias) (a
     new Graph; nodes that do not change are shared with ``graph``)."""
     return _rewrite(graph, lambda node, mapped: _folded(graph, node, mapped))
+
+
+def _reshaped(node: Node, shape: tuple, name: str) -> Node:
+    """``node``'s elements in ``shape`` (C order): what a reshape of a reshape reads is the
+    first one's source; a constant is reshaped once (a new constant)."""
+    shape = tuple(shape)
+    while node.kind == "reshape":
+        node = node.inputs[0]
+    if tuple(node.shape) == shape:
+        return node
+    if node.is_const:
+        return Node("const", shape=shape, dtype=node.dtype, name=f"{node.name}_reshaped",
+                    init=lambda rng, c=node, s=shape: c.value.reshape(s))
+    return Node("reshape", (node,), {"shape": shape}, shape, node.dtype, name)
+
+
+def _operand_before_reshape(operand: Node, before: tuple, after: tuple, name: str) -> Node | None:
+    """``operand`` of an elementwise node of shape ``after``, for the same node computed in
+    shape ``before`` (both C-order views of the same elements); None where its broadcasting
+    does not carry over (it varies along an axis that the reshape changes)."""
+    if tuple(operand.shape) == after:
+        if operand.is_const or operand.kind == "reshape" and tuple(operand.inputs[0].shape) == before:
+            return _reshaped(operand, before, name)
+        return None     # a run-time tensor: left where it is (see the module docstring)
+    core = tuple(operand.shape)
+    while core and core[0] == 1:      # leading axes of extent 1 broadcast in any shape
+        core = core[1:]
+    if len(core) > len(before) or before[len(before) - len(core):] != after[len(after) - len(core):]:
+        return None
+    return operand if len(operand.shape) <= len(before) else _reshaped(operand, core or (1,), name)
+
+
+class _ReshapeSinker:
+    """``sink_reshapes``'s replacement of each node (see the module docstring). Where several
+    operands are reshapes, the one whose source was computed last leads (the operator is
+    computed in its source's shape): that source is the one most likely to have no other
+    reader (a dense layer's output beside the residual stream), so the operator can join
+    its group; the other operands are reshaped to match (views)."""
+
+    def __init__(self, graph: Graph):
+        #: a node's position in the graph; what replaces or copies a node takes its position
+        self.position = {id(n): k for k, n in enumerate(graph.nodes)}
+
+    def __call__(self, node: Node, mapped) -> Node | None:
+        inputs = [mapped(p) for p in node.inputs]
+        for p, q in zip(node.inputs, inputs):
+            self.position.setdefault(id(q), self.position[id(p)])
+        if node.kind == "reshape":
+            return _reshaped(inputs[0], node.shape, node.name) if inputs[0].kind == "reshape" else None
+        if not opdef(node.kind).maps_elements:
+            return None
+        after = tuple(node.shape)
+        leads = [p for p in inputs if p.kind == "reshape" and tuple(p.shape) == after and p.inputs[0].is_op]
+        if not leads:
+            return None
+        lead = max(leads, key=lambda p: self.position.get(id(p.inputs[0]), -1))
+        before = tuple(lead.inputs[0].shape)
+        operands = [_operand_before_reshape(p, before, after, f"{node.name}_in{k}") for k, p in enumerate(inputs)]
+        if any(o is None for o in operands):
+            return None
+        inner = Node(node.kind, tuple(operands), dict(node.attrs), before, node.dtype, node.name)
+        self.position[id(inner)] = self.position[id(node)]
+        return Node("reshape", (inner,), {"shape": after}, after, node.dtype, f"{node.name}_reshaped")
+
+
+def sink_reshapes(graph: Graph) -> Graph:
+    """``graph`` with reshapes moved after the elementwise operators that read them (see the
+    module docstring; a new Graph, unchanged nodes shared with ``graph``)."""
+    return _rewrite(graph, _ReshapeSinker(graph))
 
 
 #: Winograd pays off on wide layers (``autosched.ops.winograd``: its transforms cost about

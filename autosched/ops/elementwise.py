@@ -132,7 +132,7 @@ def cast(x, dtype: str, name: str = "cast"):
 
 
 node_kind("cast", ELEMWISE, lambda t, a, name: cast(t[0], a["dtype"], name),
-          lambda x, a: np.asarray(x[0]).astype(a["dtype"]), 1)
+          lambda x, a: np.asarray(x[0]).astype(a["dtype"]), 1, maps_elements=True)
 
 
 def broadcast_shape(a_shape, b_shape, what: str) -> tuple:

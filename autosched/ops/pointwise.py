@@ -134,4 +134,4 @@ def where(cond, x, y, name: str = "where"):
 
 
 node_kind("where", BROADCAST, lambda t, a, name: where(t[0], t[1], t[2], name),
-          lambda x, a: np.where(x[0], x[1], x[2]), 3)
+          lambda x, a: np.where(x[0], x[1], x[2]), 3, maps_elements=True)

@@ -87,12 +87,16 @@ class OpDef:
     """An operator as a node kind of the network graph: ``build(tensors, attrs, name) ->
     ir.Tensor``; ``reference(arrays, attrs) -> ndarray`` (float64 arrays in, numpy code
     written independently); ``arity``: the number of inputs, None for "any". Every node's
-    inputs are listed first, constants (weights) among them; ``attrs`` are plain values."""
+    inputs are listed first, constants (weights) among them; ``attrs`` are plain values.
+    ``maps_elements``: each output element is a function of the inputs' elements at the
+    same position, numpy broadcasting and nothing else (no axis attribute), so that the
+    operator commutes with a reshape of all its operands (``graph.passes.sink_reshapes``)."""
     kind: str
     pattern: int
     build: Callable
     reference: Callable
     arity: int | None = None
+    maps_elements: bool = False
 
 
 #: operator name -> workload function (shapes and parameters -> [inputs..., outputs...])
@@ -121,7 +125,8 @@ def operator(name: str, *, reference: Callable, flops: Callable,
     return register
 
 
-def node_kind(kind: str, pattern: int, build: Callable, reference: Callable, arity: int | None = None) -> OpDef:
+def node_kind(kind: str, pattern: int, build: Callable, reference: Callable, arity: int | None = None,
+              maps_elements: bool = False) -> OpDef:
     """Register ``kind`` as a node kind of the network graph (see ``OpDef``); an operator
     with a workload declares it beside the workload, under the same name where the two
     take the same inputs."""
@@ -129,7 +134,7 @@ def node_kind(kind: str, pattern: int, build: Callable, reference: Callable, ari
         raise ValueError(f"node kind {kind!r} is registered twice")
     if pattern not in PATTERN_NAMES:
         raise ValueError(f"node kind {kind!r}: pattern {pattern!r} is not one of {sorted(PATTERN_NAMES)}")
-    OPDEFS[kind] = OpDef(kind, pattern, build, reference, arity)
+    OPDEFS[kind] = OpDef(kind, pattern, build, reference, arity, maps_elements)
     return OPDEFS[kind]
 
 
@@ -203,7 +208,7 @@ def elementwise_operator(name: str, *, reference: Callable, flops: int = 1, arit
 
         node_kind(name, (ELEMWISE if arity == 1 else BROADCAST) if pattern is None else pattern,
                   lambda t, a, node_name: fn(*t, **node_attrs(a), name=node_name),
-                  lambda x, a: reference(*x, **node_attrs(a)), arity)
+                  lambda x, a: reference(*x, **node_attrs(a)), arity, maps_elements=True)
         _elementwise_workload(name, fn, reference, flops, arity, attrs, dtype, inputs)
         return fn
     return register

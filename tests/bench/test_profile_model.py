@@ -113,6 +113,8 @@ def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, mon
     assert model["zero_trial_s"] == searched["zero_trial_s"]       # read back, not searched again
     assert model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
     assert model["one_thread_ms"] > 0 and model["default_schedules_ms"] > 0
+    assert model["cold_kernels_sum_ms"] > 0           # every kernel timed with its weights evicted too
+    assert model["e2e_over_cold_kernels"] == pytest.approx(model["latency_ms"] / model["cold_kernels_sum_ms"])
     assert sum(f["one_thread_ms"] for f in families) == pytest.approx(model["one_thread_kernels_sum_ms"])
 
 
