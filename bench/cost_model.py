@@ -2,10 +2,11 @@
 features are extracted, and what share of a search round they cost.
 
     python bench/cost_model.py [--smoke] [--json-only] [--conv N] [--gmm N] [--transfer N]
-    python bench/cost_model.py --families [--logs DIR] [--folds 3] [--base-model FILE]
+    python bench/cost_model.py --families [--logs DIR] [--folds 3] [--base-model FILE] [--ablate]
 
-``--families``: the base model's held-out accuracy per operator family, from the training
-logs (bench/cost_model_families.py), instead of the experiments below.
+``--families``: the base model's held-out accuracy per operator family and CPU vector width
+(AVX2, AVX-512), from the training logs (bench/cost_model_families.py), instead of the
+experiments below; ``--ablate`` adds a model retrained without the target's register features.
 
 Data set: random programs (``sketch_rules.sample_programs``) of ResNet-50's 3x3 conv layer
 (C2D-1x14x14x256x256-k3s1p1) and of GMM (512³), measured by ``autosched.measure`` (built
@@ -197,25 +198,31 @@ def one_round(task, model, measurer, smoke: bool = False) -> dict:
 
 
 def family_table(args) -> None:
-    """Print (and emit as JSON) the held-out accuracy per operator family of the base model
-    given and of one retrained on the logs."""
+    """Print (and emit as JSON) the held-out accuracy per operator family, on the CPUs of each
+    vector width the logs hold, of the base model given and of one retrained on the logs
+    (with ``--ablate``: also retrained without the target's register features)."""
     if args.folds < 2:
         raise SystemExit(f"--folds must be at least 2, got {args.folds}")
     log = (lambda *a: None) if args.json_only else (lambda *a: print(*a, flush=True))
     rows = cost_model_families.held_out_accuracy(args.logs, args.base_model, args.folds,
-                                                 rounds=20 if args.smoke else B.MAX_ROUNDS, log=log)
+                                                 rounds=20 if args.smoke else B.MAX_ROUNDS, log=log,
+                                                 ablate=args.ablate)
     k = cost_model_families.TOP_K
-    table = common.Table(["family", "workloads", "pairwise: shipped", "retrained", f"recall@{k}: shipped",
-                          "retrained", "top pick / best: shipped", "retrained"], "{:.3f}")
+    models = [m for m in cost_model_families.MODELS if m in rows[0]]
+    heads = {"pairwise": "pairwise", "recall": f"recall@{k}", "top1": "top pick / best"}
+    columns = ["CPU", "family", "workloads"] + [f"{heads[metric]}: {model}" if i == 0 else model
+                                                for metric in heads for i, model in enumerate(models)]
+    table = common.Table(columns, "{:.3f}")
     out = []
-    for fam, m in cost_model_families.by_family(rows).items():
-        table.add(fam, m["workloads"], m["shipped_pairwise"], m["retrained_pairwise"], m["shipped_recall"],
-                  m["retrained_recall"], m["shipped_top1"], m["retrained_top1"])
-        out.append(common.json_row(fam, model="held-out per family", **m))
+    for lanes in sorted({r["vector_lanes"] for r in rows}):
+        cpu = f"{lanes} lanes ({'AVX-512' if lanes == 16 else 'AVX2' if lanes == 8 else 'other'})"
+        for fam, m in cost_model_families.by_family(rows, lanes).items():
+            table.add(cpu, fam, m["workloads"], *[m[f"{model}_{metric}"] for metric in heads for model in models])
+            out.append(common.json_row(fam, model="held-out per family", vector_lanes=lanes, **m))
     for r in rows:
         out.append(common.json_row(r["workload"], model="held-out workload", family=r["family"],
-                                   programs=r["programs"],
-                                   **{f"{model}_{metric}": v for model in ("shipped", "retrained")
+                                   vector_lanes=r["vector_lanes"], programs=r["programs"],
+                                   **{f"{model}_{metric}": v for model in models
                                       for metric, v in r[model].items()}))
     if not args.json_only:
         table.print()
@@ -235,6 +242,8 @@ def main(argv=None) -> None:
                         help="--families: the folder of the new training logs (default bench/.cache/training)")
     parser.add_argument("--folds", type=int, default=3, help="--families: folds of the held-out workloads")
     parser.add_argument("--base-model", default="default", help="--families: the model to compare (default: shipped)")
+    parser.add_argument("--ablate", action="store_true",
+                        help="--families: also retrain without the target's register features (what they add)")
     args = parser.parse_args(argv)
     if args.families:
         family_table(args)

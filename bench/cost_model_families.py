@@ -13,7 +13,12 @@ within each family, and the retrained model of a fold learns every other log (th
 model ``autosched pretrain`` makes), so each workload is ranked by a model that has not
 seen it. Per family (and over all): the pairwise accuracy of the ranking of each
 workload's programs, the recall of its top ``TOP_K`` and the throughput of its top pick
-relative to the best program, averaged over the family's workloads.
+relative to the best program, averaged over the family's workloads. A workload measured on
+CPUs of both vector widths (AVX2's 8 float lanes, AVX-512's 16) is ranked once per width,
+each against its own measurements; ``by_family(rows, lanes)`` summarises one width.
+``ablate``: a third model per fold, retrained with the target's register features
+(``evolution.features``: ``vector_bytes``, ``vec_registers``, ``alloc_register_share``)
+zeroed, which says what those features add on workloads no model has seen.
 """
 from __future__ import annotations
 
@@ -28,12 +33,15 @@ import autosched
 from autosched import ops
 from autosched.history import base_model as B
 from evolution import extract_features
+from evolution.features import TARGET_BASE
 from evolution.cost_model import TrainingSet, normalized_throughputs, pairwise_accuracy, recall_at_k
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARCHIVE = os.path.join(HERE, "data", "training_records.tar.gz")
 LOGS = os.path.join(HERE, ".cache", "training")
 TOP_K = 8
+#: the rankings a row can hold, in the order tables print them
+MODELS = ("shipped", "retrained", "no_target")
 
 
 def family(label: str) -> str:
@@ -69,8 +77,9 @@ def log_files(logs_dir: str, scratch: str, archive: str | None = ARCHIVE) -> dic
     return out
 
 
-def workload_data(path: str) -> dict | None:
-    """The features, costs and group key of the programs of one log (None when none replays)."""
+def workload_data(path: str) -> dict[int, dict] | None:
+    """The features, costs and group keys (workload, target) of the programs of one log, by
+    the float vector lanes of the CPU that measured them (None when none replays)."""
     programs = B.training_programs(autosched.read_records(path))
     if not programs:
         return None
@@ -79,12 +88,17 @@ def workload_data(path: str) -> dict | None:
         by_task.setdefault(id(task), (task, [], []))
         by_task[id(task)][1].append(state)
         by_task[id(task)][2].append(cost)
-    features, costs, groups = [], [], []
+    out: dict[int, dict] = {}
     for task, states, task_costs in by_task.values():
-        features += extract_features(task, states)
-        costs += task_costs
-        groups += [task.workload_key] * len(states)
-    return {"features": features, "costs": costs, "groups": groups}
+        d = out.setdefault(task.hardware.vector_lanes, {"features": [], "costs": [], "groups": []})
+        d["features"] += extract_features(task, states)
+        d["costs"] += task_costs
+        d["groups"] += [(task.workload_key, str(task.target))] * len(states)
+    return out
+
+
+def _without_target_features(features: list) -> list:
+    return [np.concatenate([f[:, :TARGET_BASE], np.zeros_like(f[:, TARGET_BASE:])], axis=1) for f in features]
 
 
 def scores_quality(scores: np.ndarray, data: dict) -> dict:
@@ -111,9 +125,11 @@ def folds_of(labels: list[str], n_folds: int) -> list[list[str]]:
 
 
 def held_out_accuracy(logs_dir: str = LOGS, base_model="default", n_folds: int = 3, rounds: int = B.MAX_ROUNDS,
-                      log=print, archive: str | None = ARCHIVE) -> list[dict]:
-    """One row per held-out workload: its family and the quality of both models' rankings
-    (the logs of ``archive`` and ``logs_dir``)."""
+                      log=print, archive: str | None = ARCHIVE, ablate: bool = False) -> list[dict]:
+    """One row per held-out workload and CPU vector width (``vector_lanes``): its family and
+    the quality of the models' rankings ("shipped": ``base_model``; "retrained": learnt from
+    the other folds; with ``ablate``, "no_target": the same without the target's register
+    features), from the logs of ``archive`` and ``logs_dir``."""
     shipped = B.load_base_model(base_model)
     if shipped is None:
         raise ValueError(f"no base model to compare: {base_model!r}")
@@ -126,32 +142,45 @@ def held_out_accuracy(logs_dir: str = LOGS, base_model="default", n_folds: int =
     if not held_out:
         raise ValueError(f"no log of a model-family training workload in {logs_dir!r} (run "
                          f"bench/training_records.py first)")
-    log(f"{sum(len(d['costs']) for d in data.values())} programs of {len(data)} workloads; "
-        f"{len(held_out)} held out in {n_folds} folds")
+    n_programs = sum(len(d["costs"]) for widths in data.values() for d in widths.values())
+    log(f"{n_programs} programs of {len(data)} workloads; {len(held_out)} held out in {n_folds} folds")
     rows = []
     for fold in folds_of(held_out, n_folds):
-        train = TrainingSet()
-        for label, d in data.items():
+        train, plain = TrainingSet(), TrainingSet()
+        for label, widths in data.items():
             if label not in fold:
-                train.add(d["features"], d["costs"], d["groups"])
-        model = B.rank_model(rounds=rounds)
-        model.fit(train)
+                for d in widths.values():
+                    train.add(d["features"], d["costs"], d["groups"])
+                    if ablate:
+                        plain.add(_without_target_features(d["features"]), d["costs"], d["groups"])
+        models = {"retrained": B.rank_model(rounds=rounds)}
+        models["retrained"].fit(train)
+        if ablate:
+            models["no_target"] = B.rank_model(rounds=rounds)
+            models["no_target"].fit(plain)
         for label in fold:
-            d = data[label]
-            rows.append({"workload": label, "family": family(label), "programs": len(d["costs"]),
-                         "shipped": scores_quality(shipped.predict_features(d["features"]), d),
-                         "retrained": scores_quality(model.predict_features(d["features"]), d)})
+            for lanes, d in sorted(data[label].items()):
+                row = {"workload": label, "family": family(label), "vector_lanes": lanes, "programs": len(d["costs"]),
+                       "shipped": scores_quality(shipped.predict_features(d["features"]), d)}
+                for name, model in models.items():
+                    feats = _without_target_features(d["features"]) if name == "no_target" else d["features"]
+                    row[name] = scores_quality(model.predict_features(feats), d)
+                rows.append(row)
         log(f"  fold of {len(fold)} held out: trained on {len(train)} programs")
     return rows
 
 
-def by_family(rows: list[dict]) -> dict[str, dict]:
-    """Family (and "all") -> the mean of each model's metrics over its workloads."""
+def by_family(rows: list[dict], lanes: int | None = None) -> dict[str, dict]:
+    """Family (and "all") -> the mean of each model's metrics over its workloads (those
+    measured on CPUs of ``lanes`` float vector lanes; None: every width)."""
+    rows = [r for r in rows if lanes is None or r["vector_lanes"] == lanes]
+    models = [m for m in MODELS if rows and m in rows[0]]
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["family"], []).append(r)
-    groups["all"] = rows
+    if rows:
+        groups["all"] = rows
     return {fam: {"workloads": len(members),
                   **{f"{model}_{metric}": float(np.mean([m[model][metric] for m in members]))
-                     for model in ("shipped", "retrained") for metric in ("pairwise", "recall", "top1")}}
+                     for model in models for metric in ("pairwise", "recall", "top1")}}
             for fam, members in groups.items()}

@@ -1,4 +1,5 @@
-"""Per-statement program features: Ansor's 164 features of every innermost statement.
+"""Per-statement program features: Ansor's 164 features of every innermost statement, and
+three that relate the program to its target's vector registers.
 
 A program (a State) is lowered to the loop IR (``ir.lower``); every ``Store`` is one
 statement and gets one row of ``N_FEATURES`` floats, computed in the context of the loops,
@@ -50,6 +51,15 @@ elements over loops ``l..n-1``):
 - arithmetic intensity curve: at each loop level ``j`` (inner to outer) flops
   ``f*prod(e_j..e_{n-1})`` over bytes ``sum_b F_b(j)*size``, as a function of log2(flops),
   linearly interpolated at 10 evenly spaced points up to the statement's total log2 flops.
+- the target's vector registers (not in Ansor: one model ranks programs for AVX2 and
+  AVX-512 CPUs, whose best tiles differ): ``vector_bytes`` is the width of the target's
+  float vector register (32 on AVX2, 64 on AVX-512, 0 on a GPU); ``vec_registers`` the
+  registers one operation of the innermost vectorised loop spans, ``vec_len`` x element
+  size / ``vector_bytes`` rounded up; ``alloc_register_share`` the statement's buffer when
+  it is local (a cache stage's tile, ``alloc_size``) over the target's vector register
+  file (16 registers of 32 bytes, or 32 of 64): above 1 an accumulator tile cannot stay
+  in registers. The same tile is one register and a quarter of the file on one CPU, two
+  and the whole file on the other, and these columns say so in terms both share.
 - every value passes through ``slog(x) = sign(x) * log2(|x| + 1)``.
 
 Extraction caches the rows of each root loop nest, keyed by what its stages are made of
@@ -135,13 +145,16 @@ def _layout() -> list[tuple[str, str]]:
     rows.append(("outer_prod", "product of the extents of all loops around the statement"))
     rows.append(("num_loops", "number of loops (extent > 1) around the statement"))
     rows.append(("auto_unroll_max_step", "auto_unroll_max_step pragma in effect (0: none)"))
+    rows.append(("vector_bytes", "bytes of the target's float vector register (32 AVX2, 64 AVX-512, 0 GPU)"))
+    rows.append(("vec_registers", "vector registers one operation of the innermost vectorised loop spans"))
+    rows.append(("alloc_register_share", "alloc_size over the bytes of the target's vector register file"))
     return rows
 
 
 FEATURES: tuple[tuple[str, str], ...] = tuple(_layout())
 FEATURE_NAMES: tuple[str, ...] = tuple(n for n, _ in FEATURES)
 N_FEATURES = len(FEATURES)
-assert N_FEATURES == 164, N_FEATURES
+assert N_FEATURES == 167, N_FEATURES
 _COL = {n: i for i, n in enumerate(FEATURE_NAMES)}
 _ANN_COL = {kind: _COL[f"{short}_num"] for short, kind in _ANNOTATIONS}
 GPU_BASE = _COL["is_gpu"]
@@ -150,6 +163,7 @@ BUFFER_WIDTH = 18
 CURVE_BASE = _COL["ai_curve_0"]
 ALLOC_BASE = _COL["alloc_size"]
 OUTER_BASE = _COL["outer_prod"]
+TARGET_BASE = _COL["vector_bytes"]
 
 # op-count slots (float kinds 0..6, int kinds 7..13)
 _MAD, _ADDSUB, _MUL, _DIVMOD, _CMP, _MATH, _OTHER = range(7)
@@ -627,9 +641,11 @@ def _position(stage, var) -> int:
 _POSITION_CACHE: dict = {}
 
 
-def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = False) -> np.ndarray:
+def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = False,
+                  vector_bytes: int = 64) -> np.ndarray:
     """The (n_statements, N_FEATURES) raw (not yet slog'ed) rows of a loop-IR statement
-    (``gpu``: of a GPU program, with its thread bindings)."""
+    (``gpu``: of a GPU program, with its thread bindings; ``vector_bytes``: the CPU's float
+    vector register, ``vector_register_bytes``)."""
     statements: list[_Statement] = []
     _collect(body, [], [], 0, {}, statements, [0])
     if not statements:
@@ -702,6 +718,8 @@ def nest_features(body, stages_by_name: dict, line_bytes: int = 64, gpu: bool = 
         _fill_row(row, st, stages_by_name, loop_bytes, loop_entries, line_bytes)
         if gpu:
             _fill_gpu(row, st)
+        else:
+            _fill_target(row, st, vector_bytes)
         rows.append(row)
     return np.array(rows, dtype=np.float64)
 
@@ -720,6 +738,29 @@ def _fill_gpu(row, st: _Statement) -> None:
     row[GPU_BASE + 1] = blocks
     row[GPU_BASE + 4] = threads
     row[GPU_BASE + 7] = vthreads
+
+
+def vector_register_bytes(hardware) -> int:
+    """The width in bytes of the float vector register of a CPU target (``hardware``'s
+    float32 lanes x 4: 32 on AVX2, 64 on AVX-512); 64 for a task-like object without
+    hardware parameters."""
+    lanes = getattr(hardware, "vector_lanes", 16)
+    return 4 * max(int(lanes), 1)
+
+
+def _register_file_bytes(vector_bytes: int) -> int:
+    """x86-64's float vector register file: 32 zmm registers with AVX-512, else 16 (ymm/xmm)."""
+    return vector_bytes * (32 if vector_bytes >= 64 else 16)
+
+
+def _fill_target(row, st: _Statement, vector_bytes: int) -> None:
+    itemsize = dt.itemsize(st.store.buffer.dtype)
+    row[TARGET_BASE] = vector_bytes
+    vec_len = row[_ANN_COL["vectorize"] + 2]
+    if vec_len:
+        row[TARGET_BASE + 1] = -(-vec_len * itemsize // vector_bytes)
+    if st.store.buffer.scope == "local":
+        row[TARGET_BASE + 2] = row[ALLOC_BASE] / _register_file_bytes(vector_bytes)
 
 
 def _fill_row(row, st: _Statement, stages_by_name, loop_bytes, loop_entries, line_bytes) -> None:
@@ -935,7 +976,8 @@ class FeatureExtractor:
                 inline_objs += (st.op, st.body)
             else:
                 subtree.setdefault(st.attach[0], []).append(idx)
-        context = (layout, line_bytes, self.simplify, hw if gpu else None, tuple(inline_sig))
+        vector_bytes = vector_register_bytes(hw)
+        context = (layout, line_bytes, vector_bytes, self.simplify, hw if gpu else None, tuple(inline_sig))
         parts = []
         lowering = None
         for idx in roots:
@@ -961,7 +1003,7 @@ class FeatureExtractor:
                 lowering = feature_lowering(task, state, layout, self.simplify)
                 by_name = {st.name: st for st in stages if not st.is_placeholder}
             nest = lowering.stage_nest(idx)
-            rows = nest_features(nest, by_name, line_bytes, gpu)
+            rows = nest_features(nest, by_name, line_bytes, gpu, vector_bytes)
             self._cache[key] = (tuple(keep), rows)
             if len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)

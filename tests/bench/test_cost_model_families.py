@@ -48,8 +48,10 @@ def test_scores_quality_of_a_perfect_and_a_reversed_ranking():
     assert worst["pairwise"] == 0.0 and worst["top1"] == 0.0
 
 
-def _stand_in_log(folder, label, seed):
-    task = ir.SearchTask(ir.ComputeDAG(B.training_workloads()[label].tensors), desc=label)
+def _stand_in_log(folder, label, seed, lanes=16):
+    task = ir.SearchTask(ir.ComputeDAG(B.training_workloads()[label].tensors), desc=label,
+                         target=f"llvm -mcpu={'znver4' if lanes == 16 else 'znver3'}",
+                         hardware=ir.HardwareParams(num_cores=2, vector_lanes=lanes))
     autosched.auto_schedule(task, trials=12, measure_batch=6, seed=seed, verbose=0, base_model=None,
                             records_db=None, log_file=str(folder / f"{label}.json"), builder=StandInBuilder(),
                             runner=StandInRunner(),
@@ -66,6 +68,7 @@ def test_held_out_accuracy_ranks_each_workload_with_a_model_that_has_not_seen_it
     rows = families.held_out_accuracy(str(tmp_path), B.SHIPPED_MODEL, n_folds=2, rounds=5, log=lines.append,
                                       archive=None)
     assert sorted(r["workload"] for r in rows) == sorted(labels)
+    assert {r["vector_lanes"] for r in rows} == {16}
     assert "36 programs of 3 workloads; 3 held out in 2 folds" in lines[0]
     assert [line.strip() for line in lines[1:]] == ["fold of 2 held out: trained on 12 programs",
                                                     "fold of 1 held out: trained on 24 programs"]
@@ -74,6 +77,30 @@ def test_held_out_accuracy_ranks_each_workload_with_a_model_that_has_not_seen_it
             assert 0.0 <= r[model]["pairwise"] <= 1.0 and 0.0 <= r[model]["top1"] <= 1.0
     summary = families.by_family(rows)
     assert summary["all"]["workloads"] == 3 and summary["layer norm"]["workloads"] == 2
+    assert families.by_family(rows, 8) == {}
+
+
+def test_each_vector_width_is_ranked_against_its_own_measurements(tmp_path):
+    """A workload measured on AVX2 and on AVX-512 is two rows, each group its own CPU's
+    programs; the ablated model ranks with the register features zeroed."""
+    labels = ["layer_norm-1x100x640", "layer_norm-1x24x24x192"]
+    for seed, label in enumerate(labels):
+        _stand_in_log(tmp_path, label, seed, lanes=16)
+        _stand_in_log(tmp_path, label, seed + 10, lanes=8)
+    rows = families.held_out_accuracy(str(tmp_path), B.SHIPPED_MODEL, n_folds=2, rounds=5, log=lambda *a: None,
+                                      archive=None, ablate=True)
+    assert sorted((r["workload"], r["vector_lanes"]) for r in rows) == sorted(
+        (label, lanes) for label in labels for lanes in (8, 16))
+    assert all(r["programs"] == 12 and "no_target" in r for r in rows)
+    avx2 = families.by_family(rows, 8)
+    assert avx2["all"]["workloads"] == 2 and set(avx2["all"]) >= {"no_target_pairwise", "retrained_top1"}
+    data = families.workload_data(str(tmp_path / "layer_norm-1x100x640.json"))
+    assert sorted(data) == [8, 16]
+    assert {g[1] for g in data[8]["groups"]} == {"llvm -mcpu=znver3"}
+    plain = families._without_target_features(data[8]["features"])
+    assert all((p[:, families.TARGET_BASE:] == 0).all() and (p[:, :families.TARGET_BASE] == f[:, :families.TARGET_BASE]).all()
+               for p, f in zip(plain, data[8]["features"]))
+    assert any((f[:, families.TARGET_BASE] > 0).any() for f in data[8]["features"])
 
 
 def test_held_out_accuracy_needs_a_model_family_log(tmp_path):

@@ -55,12 +55,13 @@ def buffer(row, i):
 
 # layout ------------------------------------------------------------------------------------
 
-def test_layout_is_ansors_164():
-    assert N_FEATURES == 164 and len(set(FEATURE_NAMES)) == 164
+def test_layout_is_ansors_164_then_the_targets_registers():
+    assert N_FEATURES == 167 and len(set(FEATURE_NAMES)) == 167
     assert FEATURE_NAMES.index("vec_num") == 16 and FEATURE_NAMES.index("is_gpu") == 49
     assert FEATURE_NAMES.index("B0.acc_type.read") == 57 and FEATURE_NAMES.index("ai_curve_0") == 147
-    assert FEATURE_NAMES[-7:] == ("alloc_size", "alloc_prod", "alloc_outer_prod", "alloc_inner_prod",
-                                  "outer_prod", "num_loops", "auto_unroll_max_step")
+    assert FEATURE_NAMES[-10:] == ("alloc_size", "alloc_prod", "alloc_outer_prod", "alloc_inner_prod",
+                                   "outer_prod", "num_loops", "auto_unroll_max_step",
+                                   "vector_bytes", "vec_registers", "alloc_register_share")
     assert all(len(d) > 10 for _, d in F.FEATURES)  # every feature documented
 
 
@@ -85,7 +86,6 @@ def test_tiled_matmul_update_statement():
     assert u["is_gpu"] == 0 and u["threadIdx_x_len"] == 0
     # allocation of C.local (8x16 floats) inside i.0, j.0
     assert (u["alloc_size"], u["alloc_prod"], u["alloc_outer_prod"], u["alloc_inner_prod"]) == (512, 128 * 32, 32, P / 32)
-
     acc, a, b = buffer(u, 0), buffer(u, 1), buffer(u, 2)     # ties on (lines, bytes) broken by name
     assert acc["acc_type.readwrite"] == 1 and a["acc_type.read"] == 1 and b["acc_type.read"] == 1
     # C.local: read and written every iteration; 128 distinct floats; moved by j (stride 1):
@@ -104,6 +104,22 @@ def test_tiled_matmul_update_statement():
     assert (b["reuse_type.loop_multiple_read"], b["reuse_ct"], b["reuse_dis_iter"], b["reuse_dis_bytes"]) \
         == (1, 8, 16, (16 + 1 + 16) * 4)
     assert buffer(u, 3)["bytes"] == 0 and buffer(u, 3)["acc_type.read"] == 0   # padding slots
+
+
+@pytest.mark.parametrize("lanes, registers, share", [(16, 1, 0.25), (8, 2, 1.0), (4, 4, 2.0)])
+def test_register_features_follow_the_targets_vector_width(lanes, registers, share):
+    """The same 8 x 16 accumulator tile: a quarter of AVX-512's register file, all of
+    AVX2's (16 ymm), twice SSE's; the rest of the row does not depend on the target."""
+    _, s = tiled_matmul()
+    task = ir.SearchTask(s.dag, layout_rewrite=False, hardware=ir.HardwareParams(num_cores=2, vector_lanes=lanes))
+    rows = raw_rows(task, s)
+    u = rows[1]
+    assert (u["vector_bytes"], u["vec_registers"], u["alloc_register_share"]) == (4 * lanes, registers, share)
+    assert rows[2]["alloc_register_share"] == 0     # the copy to C writes an argument, not a local tile
+    wide = raw_rows(ir.SearchTask(s.dag, layout_rewrite=False,
+                                  hardware=ir.HardwareParams(num_cores=2, vector_lanes=16)), s)
+    for name in FEATURE_NAMES[:F.TARGET_BASE]:
+        assert u[name] == wide[1][name], name
 
 
 def test_tiled_matmul_arithmetic_intensity_curve():
