@@ -42,6 +42,10 @@ def test_history_and_curve_from_a_log(tmp_path):
     assert tune_ops.best_record_at(str(log), task, 6) is None
 
 
+#: when the AVX2 picks rounds of the training logs began (2026-11-27 00:00 UTC)
+AVX2_PICKS_FROM = 1795737600.0
+
+
 def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
     from autosched.history.base_model import MODEL_FAMILY_OPERATORS, training_workloads
     from autosched.history.database import RecordsDB
@@ -51,13 +55,21 @@ def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
     keys = {ir.ComputeDAG(w.tensors).workload_key() for w in workloads.values()}
     family_keys = {ir.ComputeDAG(workloads[label].tensors).workload_key() for label in MODEL_FAMILY_OPERATORS}
     logged = {r.workload_key for r in records}
-    # 256 programs of each of 33 training workloads (384 of GRP-1x28x28x128x128: tuned once
-    # more) and 384 of each of the three Winograd, three T2D and three conv_residual ones
-    # (whose logs also hold re-timings); of each model-family workload, 128 of its tuning (192
-    # of the five with channel counts 16 does not divide and of the eleven transformer layers
-    # over prime token counts) and then rounds of the base models' picks (16 and the default
-    # schedule a round, less those measured before: three rounds, two of the eleven)
     programs = [r for r in records if not r.retimed]
+    # from 2026-11-27 on, the Zen 3 VM (AVX2): rounds of the base models' picks (16 and the
+    # default schedule a round, less those measured before), two of every training workload
+    # and a third of the convolution families of mobile models
+    avx2_picks = [r for r in programs if r.timestamp >= AVX2_PICKS_FROM]
+    assert {r.target for r in avx2_picks} == {"llvm -mcpu=znver3"}
+    per_workload = collections.Counter(r.workload_key for r in avx2_picks)
+    assert set(per_workload) == keys and max(per_workload.values()) <= 3 * 17
+    # before: 256 programs of each of 33 training workloads (384 of GRP-1x28x28x128x128:
+    # tuned once more) and 384 of each of the three Winograd, three T2D and three
+    # conv_residual ones (whose logs also hold re-timings); of each model-family workload, 128
+    # of its tuning (192 of the five with channel counts 16 does not divide and of the eleven
+    # transformer layers over prime token counts) and then rounds of the base models' picks
+    # (three rounds, two of the eleven)
+    programs = [r for r in programs if r.timestamp < AVX2_PICKS_FROM]
     family = collections.Counter(r.workload_key for r in programs if r.workload_key in family_keys)
     assert len(programs) - sum(family.values()) == 33 * 256 + 128 + 9 * 384
     assert set(family) == family_keys and 128 + 3 * 8 < min(family.values()) <= max(family.values()) <= 192 + 3 * 17
