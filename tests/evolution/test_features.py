@@ -122,6 +122,19 @@ def test_register_features_follow_the_targets_vector_width(lanes, registers, sha
         assert u[name] == wide[1][name], name
 
 
+def test_one_extractor_keeps_the_rows_of_each_vector_width_apart():
+    """The nest cache is shared by every task; a program featurised for AVX-512 and then for
+    AVX2 gets each CPU's register columns, not the first one's from the cache."""
+    _, s = tiled_matmul()
+    ex = FeatureExtractor()
+    rows = {lanes: ex._raw(ir.SearchTask(s.dag, layout_rewrite=False,
+                                         hardware=ir.HardwareParams(num_cores=2, vector_lanes=lanes)), s)
+            for lanes in (16, 8, 16)}
+    assert ex.stats["misses"] == 2 and ex.stats["hits"] == 1
+    assert feature_dict(rows[16][1])["alloc_register_share"] == 0.25
+    assert feature_dict(rows[8][1])["alloc_register_share"] == 1.0
+
+
 def test_tiled_matmul_arithmetic_intensity_curve():
     task, s = tiled_matmul()
     u = raw_rows(task, s)[1]
