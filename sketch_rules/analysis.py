@@ -15,12 +15,29 @@ def is_output(state: ir.State, stage_id: int) -> bool:
 
 
 def is_strict_inlinable(state: ir.State, stage_id: int) -> bool:
-    """Injective, no reduction, no expensive math: inlining it into its consumers costs
-    nothing and removes a buffer (Ansor's AlwaysInline condition)."""
+    """Injective, no reduction, and either no expensive math or math that inlining does
+    not repeat (``read_once_elementwise``): inlining it into its consumers costs nothing
+    and removes a buffer (Ansor's AlwaysInline condition, which excludes all expensive
+    math)."""
     st = state.stages[stage_id]
     if st.is_placeholder or st.reduce_axes:
         return False
-    return not any(isinstance(e, E.Call) and e.func in E.TRANSCENDENTAL_FUNCS for e in E.walk(st.body))
+    if not any(isinstance(e, E.Call) and e.func in E.TRANSCENDENTAL_FUNCS for e in E.walk(st.body)):
+        return True
+    return read_once_elementwise(state, stage_id)
+
+
+def read_once_elementwise(state: ir.State, stage_id: int) -> bool:
+    """The stage's one consumer reads it once per element, at its own index: inlined, its
+    math runs once per element as before. An activation exported as two nodes (SiLU's
+    sigmoid and multiply, GELU's erf and the multiplies after it) is such a stage; left as
+    a buffer it gives the anchor (convolution, dense) two consumers, which keeps the
+    anchor from being computed inside its epilogue's tiles: the whole output written,
+    read back and written again (EfficientNet's 1x1 convolutions with SiLU)."""
+    target = single_elementwise_consumer(state, stage_id)
+    if target is None:
+        return False
+    return len(expand_reads(state, state.stages[target].body, state.stages[stage_id].op.output)) == 1
 
 
 def should_always_inline(state: ir.State, stage_id: int, guarded_reads: bool = True) -> bool:
@@ -64,7 +81,7 @@ def reads_have_reuse(reads_per_tensor, axes, reduces: bool) -> bool:
     n_missing = 0
     for accesses in reads_per_tensor:
         used = {id(v) for indices in accesses for i in indices for v in E.free_vars(i)}
-        if any(id(ax) not in used for ax in axes):
+        if any(id(ax) not in used and ax.extent > 1 for ax in axes):  # (one iteration: nothing to reuse)
             n_missing += 1
         if n_missing >= 2 or (n_missing >= 1 and reduces):
             return True
@@ -85,9 +102,16 @@ def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
     if not reads:
         return None
     for indices in reads:
-        if any(i is not ax for i, ax in zip(indices, target.axes)):
+        if not all(at_axis(i, ax) for i, ax in zip(indices, target.axes)):
             return None
     return consumers[0]
+
+
+def at_axis(index: E.Expr, axis: E.IterVar) -> bool:
+    """Whether ``index`` is ``axis``'s own value: the axis, or 0 on an axis of one iteration
+    (a broadcasting operator reads a batch of one at 0: ``(1, H, W, C) + (1, H, W, C)``
+    is still elementwise)."""
+    return index is axis or axis.extent == 1 and isinstance(index, E.Const) and index.value == 0
 
 
 def has_cache_write_stage(state: ir.State, stage_id: int) -> bool:

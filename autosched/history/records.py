@@ -550,15 +550,20 @@ def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) ->
     and learned by the shared cost ``model`` in one update for all tasks. Records that do
     not replay (an edited log, an older version's steps) are skipped with a warning each.
     Re-timings (``retimed`` records) are not trials: only the measurer takes them in (its
-    best is then the fastest re-timed program, as the log's). Returns how many trials
-    each task has."""
+    best is then the fastest re-timed program, as the log's). Only records of the task's
+    own target are taken: a log copied from another machine holds its timings, not this
+    one's (one warning says how many were left out). Returns how many trials each task has."""
     by_key: dict[str, list[TuningRecord]] = {}
     for rec in records:
         by_key.setdefault(rec.workload_key, []).append(rec)
-    counts, training = [], []
+    counts, training, elsewhere = [], [], {}
     for task, policy in zip(tasks, policies):
         valid, states, costs, retimings = [], [], [], {}
+        target = str(task.target)
         for rec in by_key.get(task.workload_key, ()):
+            if rec.target != target:
+                elsewhere[rec.target] = elsewhere.get(rec.target, 0) + 1
+                continue
             try:
                 state = rec.state(task.dag)
             except ir.InvalidStep as err:
@@ -574,6 +579,10 @@ def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) ->
         measurer.load(valid + list(retimings.values()))
         training += policy.remember(states, costs)
         counts.append(len(valid))
+    if elsewhere:
+        got = ", ".join(f"{n} of {t!r}" for t, n in elsewhere.items())
+        warnings.warn(f"autosched: records timed for another target are not resumed ({got}); the tasks' "
+                      f"target is {str(tasks[0].target)!r}", RuntimeWarning, stacklevel=2)
     if training:
         model.update(training)
     return counts

@@ -4,6 +4,7 @@ them (no search) while another base model or target searches again; the entries 
 a measurement (tuning, ranking, pretraining, resuming and counting trials skip them); the
 searches of many tasks run over worker processes, largest first, with the same programs
 whatever the number of workers."""
+import dataclasses
 import json
 import warnings
 
@@ -136,28 +137,42 @@ def test_readers_of_measurements_skip_zero_trial_entries(tmp_path, recwarn):
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
+class _Policy:
+    def remember(self, states, costs):
+        self.costs = costs
+        return [(None, s, c) for s, c in zip(states, costs)]
+
+
+class _Measurer:
+    def load(self, records):
+        self.records = records
+
+
+class _Model:
+    def update(self, records):
+        self.records = list(records)
+
+
 def test_pretraining_and_resuming_skip_zero_trial_entries(tmp_path):
     task, db, rec = _database_with_both(tmp_path)
     only_entries = tmp_path / "entries.jsonl"
     only_entries.write_text("".join(line + "\n" for line in db.read_text().splitlines() if '"kind"' in line))
     with pytest.raises(ValueError, match="no usable record among 0"):
         pretrain(read_records(only_entries))
-
-    class Policy:
-        def remember(self, states, costs):
-            self.costs = costs
-            return [(task, s, c) for s, c in zip(states, costs)]
-
-    class Measurer:
-        def load(self, records):
-            self.records = records
-
-    class Model:
-        def update(self, records):
-            self.records = list(records)
-
-    policy, measurer, model = Policy(), Measurer(), Model()
+    policy, measurer, model = _Policy(), _Measurer(), _Model()
     assert resume(read_records(db), [task], [policy], model, measurer) == [1]
+    assert measurer.records == [rec] and policy.costs == [rec.mean_cost] and len(model.records) == 1
+
+
+def test_resuming_leaves_out_the_records_of_another_target(tmp_path):
+    """A log copied from another machine holds that machine's timings: they are neither the
+    best so far here, nor trials, nor what the cost model learns of this CPU."""
+    task, db, rec = _database_with_both(tmp_path)
+    elsewhere = dataclasses.replace(rec, target="llvm -mcpu=elsewhere", costs=(rec.mean_cost / 10,))
+    policy, measurer, model = _Policy(), _Measurer(), _Model()
+    with pytest.warns(RuntimeWarning, match="1 of 'llvm -mcpu=elsewhere'.*not resumed|not resumed.*1 of "
+                                            "'llvm -mcpu=elsewhere'"):
+        assert resume([rec, elsewhere], [task], [policy], model, measurer) == [1]
     assert measurer.records == [rec] and policy.costs == [rec.mean_cost] and len(model.records) == 1
 
 

@@ -34,6 +34,40 @@ def test_predicates_of_norm_and_softmax():
     assert not A.is_strict_inlinable(s, s.stage_index("E"))
 
 
+def test_expensive_math_read_once_elementwise_is_inlined_and_read_twice_is_not():
+    """SiLU as ONNX exports it (sigmoid, then x times it): the sigmoid's one consumer reads
+    it once per element, so inlining it repeats nothing; x * x of a sigmoid would."""
+    x = ir.placeholder((4, 6), name="X")
+    sig = ir.compute((4, 6), lambda i, j: ir.sigmoid(x[i, j]), name="sig")
+    silu = ir.compute((4, 6), lambda i, j: x[i, j] * sig[i, j], name="silu")
+    s = ir.ComputeDAG([x, silu]).init_state()
+    assert A.read_once_elementwise(s, s.stage_index("sig")) and A.should_always_inline(s, s.stage_index("sig"))
+    sig2 = ir.compute((4, 6), lambda i, j: ir.sigmoid(x[i, j]), name="sig2")
+    square = ir.compute((4, 6), lambda i, j: sig2[i, j] * sig2[i, j], name="square")
+    s = ir.ComputeDAG([x, square]).init_state()
+    assert not A.read_once_elementwise(s, s.stage_index("sig2")) and not A.is_strict_inlinable(s, s.stage_index("sig2"))
+    gate = ir.placeholder((1, 6), name="gate")                # a gate broadcast over the rows: read 4 times
+    sig3 = ir.compute((1, 6), lambda i, j: ir.sigmoid(gate[i, j]), name="sig3")
+    scaled = ir.compute((4, 6), lambda i, j: x[i, j] * sig3[0, j], name="scaled")
+    s = ir.ComputeDAG([x, gate, scaled]).init_state()
+    assert not A.is_strict_inlinable(s, s.stage_index("sig3"))
+
+
+def test_a_broadcasting_operator_over_a_batch_of_one_is_elementwise_and_has_no_reuse():
+    """``ops.add`` of two (1, H, W, C) tensors reads both at batch index 0: still the
+    convolution's one elementwise consumer (a residual tail fuses), and no data reuse."""
+    w = ops.workload("conv2d_chain", 1, 6, 6, 8, 16, 1, epilogue="bias-residual")
+    s = ir.ComputeDAG(w.tensors).init_state()
+    conv, add = s.stage_index("conv2d_nhwc"), s.stage_index("add_1")
+    assert "[0, ax1, ax2, ax3]" in str(s.stages[add].body)
+    s = s.compute_inline(s.stage_index("bias_add_0"))
+    assert A.single_elementwise_consumer(s, conv) == add
+    assert not A.needs_multi_level_tiling(s, add)
+    ax0 = s.stages[add].axes[0]
+    assert A.at_axis(ax0, ax0) and A.at_axis(ir.expr.Const(0, "int64"), ax0)
+    assert not A.at_axis(ir.expr.Const(0, "int64"), s.stages[add].axes[1])  # an axis of 6: 0 is one of them
+
+
 def test_guarded_reads_are_padding_and_concatenation_not_data_dependent_selects():
     w = ops.workload("conv2d", 1, 8, 8, 4, 8, 3, stride=1, padding=1, layout="NHWC")
     s = ir.ComputeDAG(w.tensors).init_state()

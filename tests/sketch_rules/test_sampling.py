@@ -17,6 +17,8 @@ WORKLOADS = {
     "tbs": lambda: ops.suite_workload("TBS-1x16x2x8"),
     "conv2d_transpose-phase-major": lambda: ops.suite_workload("T2D-1x4x4x8x16-k4s2p1"),
     "conv_residual": lambda: ops.workload("conv_residual", 1, 6, 6, 8, 16, 1),
+    "conv+silu (sigmoid inlined, fused)": lambda: ops.workload("conv2d_chain", 1, 6, 6, 8, 16, 1, epilogue="bias-silu"),
+    "dense+gelu (erf inlined, fused)": lambda: ops.workload("dense_chain", (1, 10), 16, 24, epilogue="add-gelu"),
 }
 
 

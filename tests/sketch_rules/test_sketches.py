@@ -110,6 +110,24 @@ def test_conv_layer_inlines_bias_and_batch_norm_and_leaves_the_padding_to_annota
     assert set(by_structure(sketches)) == {"plain", 3, 7}
 
 
+@pytest.mark.parametrize("epilogue", ["bias-residual", "bias-silu"])
+def test_a_convolution_is_computed_inside_its_residual_or_silu_epilogue(epilogue):
+    """As the ONNX importer builds them: a residual add and SiLU's multiply read the
+    batch of one at index 0, and SiLU's sigmoid is expensive math read once per element:
+    the convolution still fuses into the epilogue's tiles (the output written once), as
+    with a ReLU."""
+    w = ops.workload("conv2d_chain", 1, 6, 6, 8, 16, 1, epilogue=epilogue)
+    sketches = SR.generate_sketches(task_of(w.tensors))
+    assert len(sketches) == 3
+    out = w.tensors[-1].op.name
+    kinds = by_structure(sketches)
+    assert set(kinds) == {"plain", 3, 7}
+    for s in sketches:
+        assert [st.name for st in s.stages if not st.is_placeholder and st.compute_at != "inline"][-1] == out
+        assert not any(st.origin == "cache_write" for st in s.stages)
+    assert kinds[3]["conv2d_nhwc"].attach == (kinds[3].stage_index(out), 3)
+
+
 def test_the_gpu_rules_still_inline_the_padding():
     w = ops.workload("conv2d", 1, 8, 8, 4, 8, 3, stride=1, padding=1, layout="NHWC")
     task = ir.SearchTask(ir.ComputeDAG(w.tensors), target="cuda")
