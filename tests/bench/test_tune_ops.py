@@ -44,6 +44,13 @@ def test_history_and_curve_from_a_log(tmp_path):
 
 #: when the AVX2 picks rounds of the training logs began (2026-11-27 00:00 UTC)
 AVX2_PICKS_FROM = 1795737600.0
+#: when the AVX2 tunings of the model-family workloads began (2026-11-27 10:00 UTC)
+AVX2_TUNINGS_FROM = 1795773600.0
+#: the workloads outside the model families that were tuned on AVX2 then too
+AVX2_TUNED_TOO = ("conv_residual-1x14x14x192x768-k1", "conv_residual-1x28x28x96x384-k1",
+                  "conv_residual-1x56x56x48x192-k1", "winograd-1x14x14x192x192", "winograd-1x28x28x96x96",
+                  "winograd-1x7x7x384x384", "T2D-1x16x16x64x32-k4s2p1", "T2D-1x4x4x256x128-k4s2p1",
+                  "T2D-1x8x8x128x64-k4s2p1")
 
 
 def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
@@ -58,11 +65,17 @@ def test_the_ablations_records_database_holds_the_training_logs(tmp_path):
     programs = [r for r in records if not r.retimed]
     # from 2026-11-27 on, the Zen 3 VM (AVX2): rounds of the base models' picks (16 and the
     # default schedule a round, less those measured before), two of every training workload
-    # and a third of the convolution families of mobile models
-    avx2_picks = [r for r in programs if r.timestamp >= AVX2_PICKS_FROM]
+    # and a third of the convolution families of mobile models; then a tuning from scratch
+    # (128 trials) of every model-family workload and of nine others
+    avx2_picks = [r for r in programs if AVX2_PICKS_FROM <= r.timestamp < AVX2_TUNINGS_FROM]
     assert {r.target for r in avx2_picks} == {"llvm -mcpu=znver3"}
     per_workload = collections.Counter(r.workload_key for r in avx2_picks)
     assert set(per_workload) == keys and max(per_workload.values()) <= 3 * 17
+    avx2_tunings = [r for r in programs if r.timestamp >= AVX2_TUNINGS_FROM]
+    assert {r.target for r in avx2_tunings} == {"llvm -mcpu=znver3"}
+    tuned = collections.Counter(r.workload_key for r in avx2_tunings)
+    tuned_too = {ir.ComputeDAG(workloads[label].tensors).workload_key() for label in AVX2_TUNED_TOO}
+    assert set(tuned) == family_keys | tuned_too and set(tuned.values()) == {128}
     # before: 256 programs of each of 33 training workloads (384 of GRP-1x28x28x128x128:
     # tuned once more) and 384 of each of the three Winograd, three T2D and three
     # conv_residual ones (whose logs also hold re-timings); of each model-family workload, 128
