@@ -34,10 +34,8 @@ def read_once_elementwise(state: ir.State, stage_id: int) -> bool:
     a buffer it gives the anchor (convolution, dense) two consumers, which keeps the
     anchor from being computed inside its epilogue's tiles: the whole output written,
     read back and written again (EfficientNet's 1x1 convolutions with SiLU)."""
-    target = single_elementwise_consumer(state, stage_id)
-    if target is None:
-        return False
-    return len(expand_reads(state, state.stages[target].body, state.stages[stage_id].op.output)) == 1
+    found = _elementwise_reads(state, stage_id)
+    return found is not None and len(found[1]) == 1
 
 
 def should_always_inline(state: ir.State, stage_id: int, guarded_reads: bool = True) -> bool:
@@ -91,6 +89,13 @@ def reads_have_reuse(reads_per_tensor, axes, reduces: bool) -> bool:
 def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
     """The one consumer (through inlined stages) that reads this stage elementwise, with
     the same space shape: the stage can be computed inside its tiles."""
+    found = _elementwise_reads(state, stage_id)
+    return found[0] if found is not None else None
+
+
+def _elementwise_reads(state: ir.State, stage_id: int) -> tuple[int, list] | None:
+    """(the one consumer, its reads of this stage) when that consumer reads it elementwise
+    (``single_elementwise_consumer``), else None."""
     st = state.stages[stage_id]
     consumers = state.consumers(stage_id)
     if len(consumers) != 1 or is_output(state, stage_id) and st.origin == "op":
@@ -104,7 +109,7 @@ def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
     for indices in reads:
         if not all(at_axis(i, ax) for i, ax in zip(indices, target.axes)):
             return None
-    return consumers[0]
+    return consumers[0], reads
 
 
 def at_axis(index: E.Expr, axis: E.IterVar) -> bool:

@@ -581,8 +581,9 @@ def resume(records: Iterable[TuningRecord], tasks, policies, model, measurer) ->
         counts.append(len(valid))
     if elsewhere:
         got = ", ".join(f"{n} of {t!r}" for t, n in elsewhere.items())
+        mine = ", ".join(repr(t) for t in dict.fromkeys(str(task.target) for task in tasks))
         warnings.warn(f"autosched: records timed for another target are not resumed ({got}); the tasks' "
-                      f"target is {str(tasks[0].target)!r}", RuntimeWarning, stacklevel=2)
+                      f"target: {mine}", RuntimeWarning, stacklevel=2)
     if training:
         model.update(training)
     return counts
