@@ -39,7 +39,12 @@ the rest of the kernels run default schedules. Printed, all from one run:
 - optionally (``--probe-tasks``) the tasks that lose most (the slowest of the losing
   families, then of the others), each searched with a few dozen
   measured trials: a much faster measured program means the base model picked badly; none
-  means the search space (or the default schedule) is what loses.
+  means the search space (or the default schedule) is what loses. Each probe also measures
+  the 16 programs the base model ranks best after its zero-trial search (standalone, in
+  turns): where its pick stands among them (``pick_place``, 1 the fastest) and the fastest
+  of them. A pick far behind that fastest is a ranking the base model gets wrong; the 16
+  no faster than the pick while the measured search finds better is the short zero-trial
+  search not reaching it.
 
 The last line is the bench JSON object (one row per family and one for the model).
 """
@@ -72,7 +77,8 @@ from autosched.history.base_model import load_base_model  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
 from autosched.graph import onnx_zoo  # noqa: E402
 from autosched.graph.executor import default_schedule  # noqa: E402
-from autosched.history.zero_trial import zero_trial_program  # noqa: E402
+from autosched.history.zero_trial import CANDIDATES, ranked_programs, zero_trial_program  # noqa: E402
+from autosched.measure import ProgramMeasurer  # noqa: E402
 from ir.cpu.runtime import can_evict, evict_from_caches, native_timer  # noqa: E402
 from evolution import SearchParams  # noqa: E402
 
@@ -587,6 +593,22 @@ def probe_task(part, workload, executor, kernels: dict, trials: int, seed: int) 
     return row
 
 
+def ranked_candidates(workload, seed: int, params=None) -> dict:
+    """The ``CANDIDATES`` programs of ``workload`` that the base model ranks best after its
+    zero-trial search (its pick first), measured in turns as a task's programs are: where
+    the pick stands among them. A pick far behind the fastest of them is the base model
+    ranking the family badly; all of them slow while the measured search finds a faster
+    program is the zero-trial search not reaching it."""
+    task = workload.search_task()
+    programs = ranked_programs(task, load_base_model("default"), seed, [default_schedule(workload.dag)], params,
+                               top=CANDIDATES)
+    ms = [1e3 * r.mean_cost if r.ok else None for r in ProgramMeasurer().retime(task, programs, turns=3)]
+    ok = [m for m in ms if m is not None]
+    pick = ms[0]
+    return {"ranked_ms": ms, "fastest_ranked_ms": min(ok) if ok else None,
+            "pick_place": None if pick is None else 1 + sum(m < pick for m in ok)}
+
+
 # the report -----------------------------------------------------------------------------------------
 
 def one_thread(fn):
@@ -795,12 +817,18 @@ def main(argv=None) -> int:
         say(f"\n# probing: {args.probe_trials} measured trials of each of the {args.probe_tasks} slowest tasks "
             "of the losing families (then of the others)")
         for r in order[:args.probe_tasks]:
-            p = probe_task(part, by_key[r["workload_key"]], executor, kernels, args.probe_trials, args.seed)
+            workload = by_key[r["workload_key"]]
+            p = probe_task(part, workload, executor, kernels, args.probe_trials, args.seed)
             p["family"] = r["family"]
+            p.update(ranked_candidates(workload, args.seed, SMOKE_SEARCH if args.smoke else None))
             probes.append(p)
             gain = (p["zero_trial_ms"] / p["best_measured_ms"]) if p["best_measured_ms"] else None
             say(f"  {p['kernel'][:64]:<64} zero-trial {p['zero_trial_ms'] or 0:.3f} ms, best of {p['trials']} "
                 f"measured {p['best_measured_ms'] or 0:.3f} ms ({'-' if gain is None else f'{gain:.2f}x'})")
+            if p["pick_place"] is not None:
+                ranked = len([m for m in p["ranked_ms"] if m is not None])
+                say(f"  {'':<64} the pick {p['ranked_ms'][0]:.3f} ms is number {p['pick_place']} of the "
+                    f"{ranked} the base model ranks best; the fastest of them {p['fastest_ranked_ms']:.3f} ms")
 
     rows = [{"workload": f"{name}:{r['family']}", **r} for r in fam_rows]
     rows.append({"workload": name, "latency_ms": ours_ms, "onnxruntime_ms": ort_ms, "openvino_ms": ov_ms,

@@ -110,6 +110,9 @@ def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, mon
     assert model["search_profile"]["tasks"] == 1 and model["search_profile"]["seconds"] > 0
     probe, = model["probes"]
     assert probe["trials"] == 2 and probe["zero_trial_ms"] > 0 and probe["best_measured_ms"] > 0
+    ranked = [m for m in probe["ranked_ms"] if m is not None]      # the base model's best-ranked programs
+    assert 1 < len(ranked) <= 16 and probe["fastest_ranked_ms"] == min(ranked)
+    assert probe["pick_place"] == 1 + sum(m < probe["ranked_ms"][0] for m in ranked)
     assert model["zero_trial_s"] == searched["zero_trial_s"]       # read back, not searched again
     assert model["latency_ms"] > 0 and model["onnxruntime_ms"] > 0
     assert model["one_thread_ms"] > 0 and model["default_schedules_ms"] > 0
