@@ -2,6 +2,7 @@
 CUDA (float32, TF32 off and on), all timed in this run.
 
     python bench/resnet50_gpu.py --trials 2000 [--log-file resnet50.cuda.jsonl]
+    python bench/resnet50_gpu.py --minutes 4      # as many trials as 4 minutes allow
     python bench/resnet50_gpu.py --smoke          # 64x64 images, a few trials
 
 The zoo's ResNet-50 (NHWC, random weights from ``--seed``) is partitioned and tuned with
@@ -22,6 +23,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import bench_args, emit_json, gflops, json_row, time_cuda, torch_cuda, torch_cuda_events  # noqa: E402,E501
@@ -60,7 +62,10 @@ def torch_cuda_seconds(batch: int, image_size: int, tf32: bool) -> float | None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], parents=[bench_args()])
-    parser.add_argument("--trials", type=int, default=None, help="measurements in all (default: 20 per task)")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="measurements in all (default: 20 per task; with --minutes: what the minutes allow)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="tune for about this many minutes (the rounds that fit; a time on a lent GPU is short)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--population", type=int, default=1024, help="evolution population (Ansor: 2048)")
@@ -78,24 +83,45 @@ def main(argv=None) -> int:
     image = 64 if args.smoke else args.image_size
     part = autosched.networks.as_partitioned(G.get_network("resnet50", batch=args.batch_size, seed=args.seed,
                                                            image_size=image))
-    trials = args.trials if args.trials is not None else (len(part.tasks) if args.smoke else 20 * len(part.tasks))
+    if args.trials is not None:
+        trials = args.trials
+    elif args.minutes is not None:
+        trials = 1_000_000     # the time budget ends the tuning
+    else:
+        trials = len(part.tasks) if args.smoke else 20 * len(part.tasks)
+    seconds = {}     # wall seconds of each stage: the row says where a run's time went
+    started = time.perf_counter()
+
+    def stage(name):
+        nonlocal started
+        seconds[f"{name}_s"] = round(time.perf_counter() - started, 2)
+        started = time.perf_counter()
+        if not args.json_only:
+            print(f"# {name}: {seconds[f'{name}_s']} s", file=sys.stderr, flush=True)
+
     with tempfile.TemporaryDirectory() as scratch:
         log = args.log_file or os.path.join(scratch, "resnet50.cuda.jsonl")
         result = autosched.tune_networks(part, trials=trials, target=target, log_file=log, seed=args.seed,
                                          measure_batch=16, verbose=0 if args.json_only else 1,
+                                         time_budget_s=None if args.minutes is None else 60 * args.minutes,
                                          search_params=SearchParams(population=64 if args.smoke else args.population))
+    stage("tune")
     executor = result.executor(0, warn_untuned=False)
+    stage("build")
     ok, err = executor.verify()
+    stage("verify")
     ours = executor.benchmark(repeat=args.repeat, min_repeat_ms=50)["median"]
+    stage("time")
     flops = sum(w.weight * w.flops for w in part.workloads)
     torch_fp32 = torch_cuda_seconds(args.batch_size, image, tf32=False)
     torch_tf32 = torch_cuda_seconds(args.batch_size, image, tf32=True)
+    stage("torch")
     row = json_row("resnet50", gflops(flops, ours), None, gflops(flops, torch_fp32), target=str(target),
                    batch=args.batch_size, image_size=image, trials=result.trials, verified=ok, max_rel_error=err,
                    latency_ms=1e3 * ours, torch_fp32_ms=torch_fp32 and 1e3 * torch_fp32,
                    torch_tf32_ms=torch_tf32 and 1e3 * torch_tf32,
                    vs_torch_tf32=torch_tf32 / ours if torch_tf32 else None,
-                   untuned_tasks=len(executor.untuned))
+                   untuned_tasks=len(executor.untuned), **seconds)
     if not args.json_only:
         def ms(seconds):
             return f"{1e3 * seconds:.3f} ms" if seconds else "-"

@@ -4,11 +4,15 @@ exporter, and the ONNX model zoo's ``light_*.onnx`` files of the onnx wheel.
 
 ``import_torchvision()`` imports torchvision against a CPU-only torch whose build lacks the
 ``torchvision::nms`` operators that torchvision's fake registrations expect (the import
-otherwise fails with ``operator torchvision::nms does not exist``): it defines the two
-schemas first, only when they are missing.
+otherwise fails with ``operator torchvision::nms does not exist``): it loads torchvision's
+compiled operators first, as torchvision would, and defines the two schemas only when they
+do not load. (Defining them before a library that does load, as on a CUDA machine, would
+abort the process: the library defines them again.)
 """
 from __future__ import annotations
 
+import glob
+import importlib.util
 import os
 import tempfile
 
@@ -34,9 +38,23 @@ TINY_CONFIGS = {
 }
 
 
+def _load_torchvision_ops(torch) -> None:
+    """torchvision's compiled operators (its ``_C`` library), where they load against this
+    torch; nothing where they do not (torchvision then imports without them)."""
+    spec = importlib.util.find_spec("torchvision")
+    for folder in (spec and spec.submodule_search_locations) or ():
+        for library in glob.glob(os.path.join(folder, "_C.*")):
+            try:
+                torch.ops.load_library(library)
+            except (ImportError, OSError):
+                pass
+
+
 def import_torchvision():
     """``torchvision``, importable against a CPU torch that lacks its nms operators."""
     import torch
+    if not hasattr(torch.ops.torchvision, "nms"):
+        _load_torchvision_ops(torch)
     if not hasattr(torch.ops.torchvision, "nms") and not _TORCHVISION_SHIM:
         lib = torch.library.Library("torchvision", "DEF")
         lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")

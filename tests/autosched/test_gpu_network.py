@@ -2,7 +2,8 @@
 tasks, the programs the GPU search space samples and the GPU default schedules compile to
 PTX that ``ptxas`` accepts, and the network run by the emulator (``ir.cuda.emulator``: the
 kernels' semantics, with bounds and race checks) matches onnxruntime. On a machine with a
-GPU the same executor runs on the device. Skipped without onnx or onnxruntime."""
+GPU the same executor runs on the device, and the network is tuned there, both checked
+against onnxruntime. Skipped without onnx or onnxruntime."""
 from __future__ import annotations
 
 import shutil
@@ -14,14 +15,18 @@ onnx = pytest.importorskip("onnx", reason="ONNX import needs the onnx package (p
 ort = pytest.importorskip("onnxruntime", reason="checking the network needs onnxruntime")
 from onnx import helper  # noqa: E402
 
+import autosched  # noqa: E402
 import ir  # noqa: E402
 import sketch_rules as SR  # noqa: E402
 from autosched import graph as G  # noqa: E402
 from ir.cuda import codegen  # noqa: E402
+from ir.cuda.runtime import device_attributes  # noqa: E402
 
 from .test_onnx import make_model  # noqa: E402
 
 CUDA = ir.Target.parse("cuda")
+needs_gpu = pytest.mark.skipif(device_attributes() is None,
+                               reason="no CUDA device: needs an NVIDIA GPU, its driver and cuda-python")
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +79,30 @@ def test_the_network_on_the_gpu_path_matches_onnxruntime_in_the_emulator(model, 
     assert all(p.tuned == (programs == "sampled") for w, p in ex.programs.items()
                if w in {t.workload_key for t in partitioned.tasks})
     inputs = partitioned.graph.random_inputs(0)
+    (ours,), (theirs,) = ex.run(*inputs), onnxruntime_outputs(model, inputs)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(theirs))))
+
+
+@needs_gpu
+@pytest.mark.parametrize("programs", ["sampled", "default"])
+def test_the_network_on_the_device_matches_onnxruntime(model, partitioned, sampled, programs):
+    states = sampled if programs == "sampled" else None
+    ex = G.GraphExecutor(partitioned, states=states, target="cuda", warn_untuned=False)
+    inputs = partitioned.graph.random_inputs(1)
+    (ours,), (theirs,) = ex.run(*inputs), onnxruntime_outputs(model, inputs)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(theirs))))
+    assert ex.benchmark(*inputs, repeat=3)["median"] > 0
+
+
+@needs_gpu
+def test_the_network_tunes_on_the_device_and_its_tuned_programs_match_onnxruntime(model, partitioned, tmp_path):
+    log = tmp_path / "cnn.cuda.jsonl"
+    result = autosched.tune_networks(partitioned, trials=3 * len(partitioned.tasks), target="cuda", log_file=str(log),
+                                     seed=0, measure_batch=4, verbose=0)
+    assert result.trials >= len(partitioned.tasks) and log.stat().st_size > 0
+    ex = result.executor(0)
+    assert not ex.untuned and all(isinstance(p.kernel, ir.CudaKernel) for p in ex.programs.values())
+    inputs = partitioned.graph.random_inputs(2)
     (ours,), (theirs,) = ex.run(*inputs), onnxruntime_outputs(model, inputs)
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(theirs))))
 

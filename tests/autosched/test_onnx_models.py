@@ -49,6 +49,33 @@ def _torchvision():
     return torch_models.import_torchvision()
 
 
+class _Ops:
+    """``torch.ops`` of a torch that gets torchvision's operators once a library loads."""
+    def __init__(self, loads: bool):
+        self.torchvision, self.loaded, self.loads = type("Namespace", (), {})(), [], loads
+
+    def load_library(self, path):
+        self.loaded.append(path)
+        if not self.loads:
+            raise OSError(f"{path}: undefined symbol")     # a torchvision built for another torch
+        self.torchvision.nms = object()
+
+
+@pytest.mark.parametrize("loads", [True, False])
+def test_torchvision_operators_are_loaded_before_any_shim_is_defined(loads, monkeypatch, tmp_path):
+    """Where torchvision's compiled operators load (a CUDA torch), they must be loaded, not
+    shimmed: defining the schemas first would make the library abort the process."""
+    (tmp_path / "torchvision").mkdir()
+    (tmp_path / "torchvision" / "__init__.py").write_text("")
+    (tmp_path / "torchvision" / "_C.so").write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    fake = type("Torch", (), {"ops": _Ops(loads)})()
+    torch_models._load_torchvision_ops(fake)
+    assert fake.ops.loaded == [str(tmp_path / "torchvision" / "_C.so")]
+    assert hasattr(fake.ops.torchvision, "nms") == loads
+
+
 def test_torchvision_vision_transformer_matches_onnxruntime():
     """torchvision's ViT in eval mode takes nn.MultiheadAttention's fused fast path, which the
     TorchScript exporter cannot write; export_onnx turns the fast path off."""

@@ -1,5 +1,6 @@
 """bench/resnet50_gpu.py needs an NVIDIA GPU: without one it refuses, clearly and before
-tuning anything, and still prints its JSON line."""
+tuning anything, and still prints its JSON line; with one, its smoke run tunes, verifies
+and times the network."""
 from __future__ import annotations
 
 import json
@@ -21,3 +22,11 @@ def test_without_a_gpu_the_bench_refuses_and_tunes_nothing(capsys, monkeypatch):
     assert "this benchmark runs on an NVIDIA GPU and this machine has none" in err
     line = json.loads(out.strip().splitlines()[-1])
     assert line["bench"] == "resnet50_gpu" and line["rows"][0]["error"].startswith("no GPU: ")
+
+
+@pytest.mark.skipif(device_attributes() is None, reason="no CUDA device: needs an NVIDIA GPU, its driver and cuda-python")
+def test_on_a_gpu_the_smoke_run_tunes_verifies_and_times_resnet50(capsys):
+    assert resnet50_gpu.main(["--smoke", "--json-only"]) == 0
+    row, = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert row["verified"] and row["trials"] > 0 and row["latency_ms"] > 0
+    assert all(row[f"{stage}_s"] >= 0 for stage in ("tune", "build", "verify", "time", "torch"))
