@@ -25,6 +25,7 @@ import ir
 from . import graph, networks, ops
 from .graph import onnx_baselines as B
 from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
+from .history.base_model import TOP_WEIGHT as BASE_MODEL_TOP_WEIGHT
 from .graph.zoo import ALIASES, NETWORKS
 from .options import TuneOptions
 from .history.records import KIND, is_tuning_log, read_records
@@ -78,15 +79,16 @@ def _add_target(parser, what: str) -> None:
                              "spelled gpu; cuda -arch=sm_80 names its architecture)")
 
 
-def positive_number(option: str):
-    """A float option that must be above 0."""
+def positive_number(option: str, zero: bool = False):
+    """A finite float option that must be above 0 (or at least 0, with ``zero``)."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{option} must be a number, got {text!r}") from None
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{option} must be a number > 0 (finite), got {text}")
+        if not (0 <= value if zero else 0 < value) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{option} must be a number {'>=' if zero else '>'} 0 (finite), "
+                                             f"got {text}")
         return value
     return parse
 
@@ -875,6 +877,11 @@ def add_pretrain(sub) -> None:
     pre.add_argument("-o", "--output", required=True, type=model_output, help="the model file to write (.json)")
     pre.add_argument("--rounds", type=count("--rounds", 1), default=BASE_MODEL_ROUNDS,
                      help=f"at most this many trees (default {BASE_MODEL_ROUNDS})")
+    pre.add_argument("--top-weight", type=positive_number("--top-weight", zero=True),
+                     default=BASE_MODEL_TOP_WEIGHT,
+                     help="weight the ranking towards the order of the fast programs: a pair of programs counts "
+                          "by the faster one's throughput (over the workload's best) to this power "
+                          f"(default {BASE_MODEL_TOP_WEIGHT:g}: every pair alike)")
     _add_seed(pre)
     pre.set_defaults(fn=cmd_pretrain)
 
@@ -889,7 +896,7 @@ def cmd_pretrain(args) -> int:
               file=sys.stderr)
     t0 = time.perf_counter()
     try:
-        model, info = pretrain(records, seed=args.seed, rounds=args.rounds)
+        model, info = pretrain(records, seed=args.seed, rounds=args.rounds, top_weight=args.top_weight)
     except ValueError as err:
         raise UsageError(str(err)) from None
     model.save(args.output)

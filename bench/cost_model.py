@@ -2,11 +2,12 @@
 features are extracted, and what share of a search round they cost.
 
     python bench/cost_model.py [--smoke] [--json-only] [--conv N] [--gmm N] [--transfer N]
-    python bench/cost_model.py --families [--logs DIR] [--folds 3] [--base-model FILE] [--ablate]
+    python bench/cost_model.py --families [--logs DIR] [--folds 3] [--base-model FILE] [--ablate] [--top-weight W]
 
 ``--families``: the base model's held-out accuracy per operator family and CPU vector width
 (AVX2, AVX-512), from the training logs (bench/cost_model_families.py), instead of the
-experiments below; ``--ablate`` adds a model retrained without the target's register features.
+experiments below; ``--ablate`` adds a model retrained without the target's register features,
+``--top-weight W`` one retrained with its rank pairs weighted towards the fast programs.
 
 Data set: random programs (``sketch_rules.sample_programs``) of ResNet-50's 3x3 conv layer
 (C2D-1x14x14x256x256-k3s1p1) and of GMM (512³), measured by ``autosched.measure`` (built
@@ -206,7 +207,7 @@ def family_table(args) -> None:
     log = (lambda *a: None) if args.json_only else (lambda *a: print(*a, flush=True))
     rows = cost_model_families.held_out_accuracy(args.logs, args.base_model, args.folds,
                                                  rounds=20 if args.smoke else B.MAX_ROUNDS, log=log,
-                                                 ablate=args.ablate)
+                                                 ablate=args.ablate, top_weight=args.top_weight)
     k = cost_model_families.TOP_K
     models = [m for m in cost_model_families.MODELS if m in rows[0]]
     heads = {"pairwise": "pairwise", "recall": f"recall@{k}", "top1": "top pick / best"}
@@ -244,6 +245,9 @@ def main(argv=None) -> None:
     parser.add_argument("--base-model", default="default", help="--families: the model to compare (default: shipped)")
     parser.add_argument("--ablate", action="store_true",
                         help="--families: also retrain without the target's register features (what they add)")
+    parser.add_argument("--top-weight", type=float, default=None,
+                        help="--families: also retrain with the rank pairs weighted by the better program's "
+                             "throughput to this power (what weighting the fast programs adds)")
     args = parser.parse_args(argv)
     if args.families:
         family_table(args)

@@ -41,7 +41,7 @@ ARCHIVE = os.path.join(HERE, "data", "training_records.tar.gz")
 LOGS = os.path.join(HERE, ".cache", "training")
 TOP_K = 8
 #: the rankings a row can hold, in the order tables print them
-MODELS = ("shipped", "retrained", "no_target")
+MODELS = ("shipped", "retrained", "top_weighted", "no_target")
 
 
 def family(label: str) -> str:
@@ -125,11 +125,13 @@ def folds_of(labels: list[str], n_folds: int) -> list[list[str]]:
 
 
 def held_out_accuracy(logs_dir: str = LOGS, base_model="default", n_folds: int = 3, rounds: int = B.MAX_ROUNDS,
-                      log=print, archive: str | None = ARCHIVE, ablate: bool = False) -> list[dict]:
+                      log=print, archive: str | None = ARCHIVE, ablate: bool = False,
+                      top_weight: float | None = None) -> list[dict]:
     """One row per held-out workload and CPU vector width (``vector_lanes``): its family and
     the quality of the models' rankings ("shipped": ``base_model``; "retrained": learnt from
     the other folds; with ``ablate``, "no_target": the same without the target's register
-    features), from the logs of ``archive`` and ``logs_dir``."""
+    features; with ``top_weight``, "top_weighted": retrained with the rank pairs weighted
+    by it, ``objectives.ranking_pairs``), from the logs of ``archive`` and ``logs_dir``."""
     shipped = B.load_base_model(base_model)
     if shipped is None:
         raise ValueError(f"no base model to compare: {base_model!r}")
@@ -155,6 +157,9 @@ def held_out_accuracy(logs_dir: str = LOGS, base_model="default", n_folds: int =
                         plain.add(_without_target_features(d["features"]), d["costs"], d["groups"])
         models = {"retrained": B.rank_model(rounds=rounds)}
         models["retrained"].fit(train)
+        if top_weight is not None:
+            models["top_weighted"] = B.rank_model(rounds=rounds, top_weight=top_weight)
+            models["top_weighted"].fit(train)
         if ablate:
             models["no_target"] = B.rank_model(rounds=rounds)
             models["no_target"].fit(plain)

@@ -237,20 +237,24 @@ def hardware_from_record(fields) -> ir.HardwareParams | None:
 #: the size of the base model: trees of this depth, at most this many (the shipped one is
 #: ~1 MB; Ansor's online model, depth 10 and up to 10000 rounds, is 30 MB on these records)
 MAX_DEPTH, MAX_ROUNDS = 6, 200
+#: the base model's rank pairs are not weighted towards the fast programs (``ranking_pairs``)
+TOP_WEIGHT = 0.0
 
 
 def rank_model(seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
-               verbose: bool = False) -> XGBoostModel:
-    """An untrained model of the base model's kind: the rank objective, at most ``rounds``
-    trees of depth ``max_depth``, trained at its first update."""
+               verbose: bool = False, top_weight: float = TOP_WEIGHT) -> XGBoostModel:
+    """An untrained model of the base model's kind: the rank objective (its pairs weighted
+    towards the fast programs by ``top_weight``), at most ``rounds`` trees of depth
+    ``max_depth``, trained at its first update."""
     return XGBoostModel(objective="rank", seed=seed, num_warmup_sample=1, params={"max_depth": max_depth},
-                        max_rounds=rounds, verbose=verbose)
+                        max_rounds=rounds, verbose=verbose, top_weight=top_weight)
 
 
 def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
-             verbose: bool = False) -> tuple[XGBoostModel, dict]:
+             verbose: bool = False, top_weight: float = TOP_WEIGHT) -> tuple[XGBoostModel, dict]:
     """A rank model trained on tuning ``records`` (``autosched.TuningRecord``s, e.g. the
-    ``read_records`` of some logs), of at most ``rounds`` trees of depth ``max_depth``.
+    ``read_records`` of some logs), of at most ``rounds`` trees of depth ``max_depth``, its
+    pairs weighted towards the fast programs by ``top_weight`` (``rank_model``).
     Returns it and what it was trained on: {"records", "programs", "workloads", "skipped":
     {why: count}}. ``ValueError`` when no record can be used."""
     records = list(records)
@@ -264,7 +268,7 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
     if not any(cost is not None for _, _, cost in programs):
         raise ValueError(f"no usable record among {len(records)} record(s): "
                          f"{skipped or 'none is a valid measurement'}")
-    model = rank_model(seed, rounds, max_depth, verbose)
+    model = rank_model(seed, rounds, max_depth, verbose, top_weight)
     model.update(programs)
     info = {"records": len(records), "programs": len(programs),
             "workloads": len({task.workload_key for task, _, _ in programs}), "skipped": skipped}

@@ -36,12 +36,20 @@ def pack_sum_rmse(row_preds, pack_ids, labels) -> float:
     return float(np.sqrt(np.mean((sums - labels) ** 2))) if len(labels) else 0.0
 
 
-def ranking_pairs(labels, groups, rng: np.random.Generator, max_pairs_per_program: int = 256):
+def ranking_pairs(labels, groups, rng: np.random.Generator, max_pairs_per_program: int = 256,
+                  top_weight: float = 0.0):
     """(better, worse, weight) of program pairs within each group, ties left out: every
     pair when a group is small, else ``max_pairs_per_program`` random opponents per
     program. A pair weighs 1 / (pairs per program in its group), so that a program's
     hessian stays below 1 as with the pack-sum objective, and XGBoost's L2 term regularises
-    both alike (unweighted, a program in 1000 pairs fits its own leaf at once)."""
+    both alike (unweighted, a program in 1000 pairs fits its own leaf at once).
+
+    ``top_weight`` > 0 moves a group's weight onto the pairs among its fast programs: a
+    pair's weight is multiplied by the label of its better program to that power (labels
+    are throughputs over the group's best), then the group's weights are rescaled to their
+    total before. Why: a search keeps only the programs a model ranks best, so what decides
+    is the order among fast programs; uniform pairs spend most of the loss on telling
+    fast from slow, which the model gets right early."""
     labels = np.asarray(labels)
     groups = np.asarray(groups)
     better, worse, weight = [], [], []
@@ -63,7 +71,11 @@ def ranking_pairs(labels, groups, rng: np.random.Generator, max_pairs_per_progra
         swap = labels[a] < labels[b]
         better.append(np.where(swap, b, a))
         worse.append(np.where(swap, a, b))
-        weight.append(np.full(len(a), n / (2.0 * len(a))))
+        w = np.full(len(a), n / (2.0 * len(a)))
+        if top_weight:
+            top = w * labels[better[-1]] ** top_weight
+            w = top * (w.sum() / top.sum()) if top.sum() > 0 else w
+        weight.append(w)
     if not better:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     return np.concatenate(better), np.concatenate(worse), np.concatenate(weight)

@@ -57,12 +57,13 @@ class XGBoostModel(CostModel):
     the starting point (XGBoost's base margin) and this model learns the difference.
     ``seed``: an int or a ``numpy.random.Generator`` (warm-up predictions, XGBoost's seed,
     rank pair sampling). ``weight_floor``: pack-sum weights are max(throughput, floor)
-    (Ansor: 0, so failed programs are not learned at all).
+    (Ansor: 0, so failed programs are not learned at all). ``top_weight``: the rank
+    objective's weight on the pairs among fast programs (``objectives.ranking_pairs``).
     """
 
     def __init__(self, objective: str = "pack-sum", *, num_warmup_sample: int = 100, seed=None,
                  params: dict | None = None, max_rounds: int = 10000, early_stopping_rounds: int = 50,
-                 weight_floor: float = 0.0, base_model: "XGBoostModel | None" = None,
+                 weight_floor: float = 0.0, top_weight: float = 0.0, base_model: "XGBoostModel | None" = None,
                  extractor: FeatureExtractor | None = None, verbose: bool = False):
         super().__init__(extractor)
         if objective not in OBJECTIVES:
@@ -74,6 +75,7 @@ class XGBoostModel(CostModel):
         self.max_rounds = max_rounds
         self.early_stopping_rounds = early_stopping_rounds
         self.weight_floor = weight_floor
+        self.top_weight = top_weight
         self.base_model = base_model
         self.verbose = verbose
         self.data = TrainingSet()
@@ -122,7 +124,7 @@ class XGBoostModel(CostModel):
             def metric(preds, _):
                 return "p-rmse", O.pack_sum_rmse(preds, pack_ids, labels)
         else:
-            better, worse, pair_w = O.ranking_pairs(labels, groups, self.rng)
+            better, worse, pair_w = O.ranking_pairs(labels, groups, self.rng, top_weight=self.top_weight)
             total_w = max(float(pair_w.sum()), 1e-12)
 
             def obj(preds, _):

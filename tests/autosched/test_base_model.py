@@ -17,7 +17,7 @@ from autosched import cli
 from autosched.history.records import read_records
 import sketch_rules as SR
 from evolution import SearchParams, SketchPolicy, XGBoostModel
-from evolution.cost_model import pairwise_accuracy
+from evolution.cost_model import objectives as O, pairwise_accuracy
 from tests.autosched.stand_ins import StandInBuilder, StandInRunner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -152,6 +152,18 @@ def test_pretrain_reports_bad_input_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no usable record" in err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_pretrain_top_weight_reaches_the_rank_pairs_and_refuses_a_negative_power(tmp_path, capsys, monkeypatch):
+    logs = _extract(tmp_path, {"NRM-1x128x512.json"})
+    seen = []
+    real = O.ranking_pairs
+    monkeypatch.setattr(O, "ranking_pairs", lambda *a, **k: seen.append(k.get("top_weight")) or real(*a, **k))
+    assert cli.main(["pretrain", *logs, "-o", str(tmp_path / "m.json"), "--rounds", "5", "--top-weight", "2"]) == 0
+    assert seen == [2.0] and B.load_base_model(str(tmp_path / "m.json")) is not None
+    with pytest.raises(SystemExit):
+        cli.main(["pretrain", *logs, "-o", str(tmp_path / "n.json"), "--top-weight", "-1"])
+    assert "--top-weight must be a number >= 0" in capsys.readouterr().err
 
 
 def test_a_tuning_with_the_base_model_measures_no_random_warm_up_batch(monkeypatch):

@@ -82,16 +82,17 @@ def test_held_out_accuracy_ranks_each_workload_with_a_model_that_has_not_seen_it
 
 def test_each_vector_width_is_ranked_against_its_own_measurements(tmp_path):
     """A workload measured on AVX2 and on AVX-512 is two rows, each group its own CPU's
-    programs; the ablated model ranks with the register features zeroed."""
+    programs; the ablated model ranks with the register features zeroed; the top-weighted
+    model is one more ranking of each row."""
     labels = ["layer_norm-1x100x640", "layer_norm-1x24x24x192"]
     for seed, label in enumerate(labels):
         _stand_in_log(tmp_path, label, seed, lanes=16)
         _stand_in_log(tmp_path, label, seed + 10, lanes=8)
     rows = families.held_out_accuracy(str(tmp_path), B.SHIPPED_MODEL, n_folds=2, rounds=5, log=lambda *a: None,
-                                      archive=None, ablate=True)
+                                      archive=None, ablate=True, top_weight=2.0)
     assert sorted((r["workload"], r["vector_lanes"]) for r in rows) == sorted(
         (label, lanes) for label in labels for lanes in (8, 16))
-    assert all(r["programs"] == 12 and "no_target" in r for r in rows)
+    assert all(r["programs"] == 12 and "no_target" in r and 0 <= r["top_weighted"]["top1"] <= 1 for r in rows)
     avx2 = families.by_family(rows, 8)
     assert avx2["all"]["workloads"] == 2 and set(avx2["all"]) >= {"no_target_pairwise", "retrained_top1"}
     data = families.workload_data(str(tmp_path / "layer_norm-1x100x640.json"))

@@ -76,6 +76,38 @@ def test_ranking_pairs_samples_large_groups_and_skips_ties():
     assert np.all(groups[better] == groups[worse]) and not np.any(better >= 1000)   # the tied group gives none
 
 
+def test_top_weight_moves_a_groups_pair_weight_onto_its_fast_programs():
+    labels = np.array([1.0, 0.5, 0.25, 0.5, 1.0])
+    groups = np.array([0, 0, 0, 1, 1])
+    plain = O.ranking_pairs(labels, groups, np.random.default_rng(0))
+    better, worse, weight = O.ranking_pairs(labels, groups, np.random.default_rng(0), top_weight=2)
+    assert better.tolist() == plain[0].tolist() and worse.tolist() == plain[1].tolist()
+    w = {(b, v): x for b, v, x in zip(better.tolist(), worse.tolist(), weight.tolist())}
+    # group 0's 1.5 of weight over its pairs by the better one's label squared: 1, 1, 1/4
+    assert w[(0, 1)] == pytest.approx(1.5 / 2.25) and w[(0, 2)] == pytest.approx(1.5 / 2.25)
+    assert w[(1, 2)] == pytest.approx(1.5 / 2.25 / 4)
+    assert w[(4, 3)] == pytest.approx(1.0)      # a one-pair group keeps its weight
+
+
+def test_a_rank_model_with_top_weight_learns_the_order_of_the_fast_programs():
+    """Many slow programs ordered by feature 0, a few fast ones ordered by feature 1: with few
+    trees, uniform pairs learn feature 0; pairs weighted towards the fast learn feature 1."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(size=(400, 2))
+    fast = x[:, 0] > 0.9
+    speed = np.where(fast, 1.0 + x[:, 1], 0.1 * x[:, 0])
+    features = [np.array([row], dtype=np.float32) for row in x]
+    data = TrainingSet()
+    data.add(features, list(1.0 / speed), ["w"] * len(x))
+    accuracy = {}
+    for top_weight in (0.0, 4.0):
+        model = XGBoostModel("rank", seed=0, num_warmup_sample=1, max_rounds=8, top_weight=top_weight,
+                             params={"max_depth": 2})
+        model.fit(data)
+        accuracy[top_weight] = pairwise_accuracy(model.predict_features(features)[fast], speed[fast])
+    assert accuracy[4.0] > 0.85 and accuracy[4.0] > accuracy[0.0] + 0.2, accuracy
+
+
 # data and metrics -------------------------------------------------------------------------------
 
 def test_normalized_throughputs_per_task_with_failures():
