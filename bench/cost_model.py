@@ -249,6 +249,8 @@ def main(argv=None) -> None:
                         help="--families: also retrain with the rank pairs weighted by the better program's "
                              "throughput to this power (what weighting the fast programs adds)")
     args = parser.parse_args(argv)
+    if args.top_weight is not None and not 0 <= args.top_weight < float("inf"):
+        parser.error(f"--top-weight must be a number >= 0 (finite), got {args.top_weight}")
     if args.families:
         family_table(args)
         return

@@ -73,6 +73,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=10, help="end-to-end timing repeats")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.minutes is not None and not 0 < args.minutes < float("inf"):
+        parser.error(f"--minutes must be a number > 0 (finite), got {args.minutes}")
     target = ir.Target.parse("cuda")
     try:
         target.backend.require_device(target)

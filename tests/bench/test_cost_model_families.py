@@ -107,3 +107,11 @@ def test_each_vector_width_is_ranked_against_its_own_measurements(tmp_path):
 def test_held_out_accuracy_needs_a_model_family_log(tmp_path):
     with pytest.raises(ValueError, match="no log of a model-family training workload"):
         families.held_out_accuracy(str(tmp_path), B.SHIPPED_MODEL, archive=None, log=lambda *a: None)
+
+
+@pytest.mark.parametrize("power", ["-1", "nan"])
+def test_the_bench_refuses_a_top_weight_that_is_not_a_power_in_one_line(power, capsys):
+    from .test_bench_common import _load
+    with pytest.raises(SystemExit) as exit_:
+        _load("cost_model").main(["--families", "--top-weight", power])
+    assert exit_.value.code == 2 and "--top-weight must be a number >= 0" in capsys.readouterr().err

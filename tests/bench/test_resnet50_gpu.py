@@ -30,3 +30,11 @@ def test_on_a_gpu_the_smoke_run_tunes_verifies_and_times_resnet50(capsys):
     row, = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
     assert row["verified"] and row["trials"] > 0 and row["latency_ms"] > 0
     assert all(row[f"{stage}_s"] >= 0 for stage in ("tune", "build", "verify", "time", "torch"))
+
+
+@pytest.mark.parametrize("argv, message", [(["--minutes", "-1"], "--minutes must be a number > 0"),
+                                           (["--minutes", "inf"], "--minutes must be a number > 0")])
+def test_a_bad_time_budget_is_one_line_before_anything_runs(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        resnet50_gpu.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
