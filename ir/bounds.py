@@ -36,9 +36,22 @@ def all_iter_bounds(state) -> dict:
     return bounds
 
 
-def expand_reads(state, body: E.Expr, tensor) -> list[tuple[E.Expr, ...]]:
-    """Index tuples of every read of ``tensor`` in ``body``, looking through inlined stages."""
-    inline = {id(st.op): st for st in state.stages if st.compute_at == "inline"}
+#: reads by what they depend on (see ``expand_reads``)
+_READS = IdentityMemo(50_000)
+
+
+def expand_reads(state, body: E.Expr, tensor) -> tuple[tuple[E.Expr, ...], ...]:
+    """Index tuples of every read of ``tensor`` in ``body``, looking through inlined stages.
+    Memoised by what they depend on: the body, the tensor and the inlined stages'
+    operations, bodies and axes (the sketch rules and bound inference ask for the same
+    reads of every program of a sketch)."""
+    inline = [st for st in state.raw_stages if st.compute_at == "inline"]  # (settling never touches them)
+    sources = [body, tensor] + [x for st in inline for x in (st.op, st.body, st.axes)]
+    return _READS.get(sources, None, lambda: _expand_reads(body, tensor, inline))
+
+
+def _expand_reads(body: E.Expr, tensor, inline_stages) -> tuple[tuple[E.Expr, ...], ...]:
+    inline = {id(st.op): st for st in inline_stages}
     out: list[tuple] = []
 
     def visit(e: E.Expr, mapping: dict):
@@ -53,7 +66,7 @@ def expand_reads(state, body: E.Expr, tensor) -> list[tuple[E.Expr, ...]]:
                 visit(st.body, dict(zip(st.axes, indices)))
 
     visit(body, {})
-    return out
+    return tuple(out)
 
 
 def scope_stages(state, target: int, pos: int) -> list[int]:

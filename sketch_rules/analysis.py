@@ -93,7 +93,7 @@ def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
     return found[0] if found is not None else None
 
 
-def _elementwise_reads(state: ir.State, stage_id: int) -> tuple[int, list] | None:
+def _elementwise_reads(state: ir.State, stage_id: int) -> tuple[int, tuple] | None:
     """(the one consumer, its reads of this stage) when that consumer reads it elementwise
     (``single_elementwise_consumer``), else None."""
     st = state.stages[stage_id]

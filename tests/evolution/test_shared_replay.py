@@ -1,5 +1,5 @@
 """What makes a search round cheap must not change what it computes: replays of one sketch
-share the stages that cache steps add, their derived loops and inferred regions
+share the stages that cache steps add, their derived loops, reads and inferred regions
 (``ir.steps``, ``ir.stage``, ``ir.bounds``), and features are cached per nest by what the
 nest is made of (``evolution.features``). Programs built that way by evolution must print,
 split and score exactly as the same steps replayed alone from cold memos, one program at a
@@ -59,6 +59,7 @@ def evolved_programs(task, n_sampled: int, n_children: int, seed: int = 0) -> li
 def clear_shared_memos() -> None:
     stage._LOOP_MEMO.entries.clear()
     bounds._REGIONS.entries.clear()
+    bounds._READS.entries.clear()
     steps._SHARED.entries.clear()
     layout._PLANS.entries.clear()
     layout._READS.entries.clear()
