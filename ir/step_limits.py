@@ -4,8 +4,9 @@ any lowering, so that replaying and building any one record costs bounded time a
 Logs travel between people: a crafted record such as ``["PR", 2, 1000000000]`` (unroll
 nests of a billion iterations) or a split of length 10^9 that is then vectorised would
 otherwise make lowering and LLVM run for minutes and exhaust memory. The caps are far
-above what the search proposes (auto-unroll 1024 at most, vectors of 64 lanes), so a
-record of ours never meets them.
+above what the search proposes (auto-unroll 1024 at most, vectors of
+``max_vectorize_size`` lanes, 64: the back end's ``limits_violation`` drops a mutated child
+over it), so a record of ours never meets them.
 
 ``check_step_records`` looks at the records alone (how many steps, how large a number,
 how long a list, how many stages the steps add); ``check_state_limits`` at the program

@@ -47,6 +47,20 @@ class CPUBackend(Backend):
         return (f"this machine is 'llvm -mcpu={here}' but the task targets {str(target)!r}: its programs must be "
                 "built and run on machines of the target's CPU")
 
+    def limits_violation(self, state, hardware) -> str | None:
+        """A vectorised loop longer than ``hardware.max_vectorize_size``: sampling never makes
+        one, but a tile-size mutation or a crossover can lengthen a loop vectorised before
+        (a consumer's loop that follows its producer's tiles), into a program no log could
+        give back (``ir.step_limits`` caps what a record may vectorise)."""
+        for st in state.stages:
+            if st.is_placeholder or st.compute_at == "inline":
+                continue
+            for it in st.iters:
+                if it.annotation == "vectorize" and it.extent > hardware.max_vectorize_size:
+                    return (f"'{st.name}' vectorises a loop of {it.extent} lanes "
+                            f"(at most {hardware.max_vectorize_size})")
+        return None
+
     def lowering(self, state, hardware, layout_rewrite: bool) -> Lowering:
         return Lowering(state, layout_rewrite)
 

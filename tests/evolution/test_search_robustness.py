@@ -16,7 +16,9 @@ import sketch_rules as SR
 from autosched import ops
 from evolution import Crossover, SearchParams, SketchPolicy, evolve, islands
 from evolution.genes import sketch_length
-from evolution.mutation import Mutation, MutationContext, cpu_mutations, draw_mutation, mutate_compute_location
+from evolution.mutation import (Mutation, MutationContext, cpu_mutations, draw_mutation, mutate_compute_location,
+                                mutate_tile_size)
+from ir.step_limits import MAX_VECTOR_LANES
 from tests.autosched.stand_ins import StandInModel
 
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
@@ -87,6 +89,36 @@ def test_a_program_is_taken_for_its_own_sketch_not_a_shorter_one():
         k, n = sketch_length(s, sketches)
         assert [st.name for st in sketches[k].raw_stages] == [st.name for st in s.raw_stages]
         assert all(type(a) is type(b) for a, b in zip(sketches[k].steps, s.steps[:n]))
+
+
+def _longest_vector(state) -> int:
+    return max([it.extent for st in state.stages if not st.is_placeholder and st.compute_at != "inline"
+                for it in st.iters if it.annotation == "vectorize"] or [0])
+
+
+def test_a_child_that_lengthens_a_vector_loop_past_the_hardware_is_dropped():
+    """Was: a tuning log of EfficientNet-B0 held a measured program vectorising 1152 lanes
+    (a consumer's loop following its producer's tiles, lengthened by a tile-size mutation),
+    which no log could give back (over ``ir.step_limits``'s cap of 1024 lanes): the
+    evolution now drops a child whose vector loop is longer than ``max_vectorize_size``."""
+    task = dense_bias_relu(m=8, k=32, n=1152)
+    limit = task.hardware.max_vectorize_size
+    evolution = evolve.Evolution(task, StandInModel(), SearchParams(islands=1), SR.generate_sketches(task),
+                                 np.random.default_rng(0))
+    pool = SR.sample_programs(task, evolution.sketches, 40, np.random.default_rng(0))
+    assert max(_longest_vector(s) for s in pool) <= limit  # sampling keeps to it
+    rng, kept, dropped = np.random.default_rng(0), 0, []
+    for _ in range(1500):
+        child = mutate_tile_size(pool[rng.integers(len(pool))], rng, 64)
+        if child is None:
+            continue
+        if evolution.runs_on_target(child):
+            assert _longest_vector(child) <= limit
+            kept += 1
+            pool.append(child)
+        else:
+            dropped.append(_longest_vector(child))
+    assert kept > 500 and dropped and min(dropped) > limit and max(dropped) > MAX_VECTOR_LANES // 2
 
 
 class _Boom:
