@@ -86,6 +86,21 @@ def reads_have_reuse(reads_per_tensor, axes, reduces: bool) -> bool:
     return False
 
 
+def contiguous_along_last_space_axis(state: ir.State, stage_id: int) -> bool:
+    """A reduction of an op's own stage, untransformed and without data reuse, whose last
+    space axis (of more than one iteration) is the last index of one of its reads: what
+    ``VectorInsideReduction`` vectorises inside the reduce loops."""
+    st = state.stages[stage_id]
+    if (st.is_placeholder or st.compute_at == "inline" or not st.reduce_axes or st.origin != "op"
+            or st.transforms or not st.axes or st.axes[-1].extent <= 1
+            or needs_multi_level_tiling(state, stage_id)):
+        return False
+    last = st.axes[-1]
+    return any(indices and indices[-1] is last
+               for s in state.stages if s.compute_at != "inline" and s is not st
+               for indices in expand_reads(state, st.body, s.op.output))
+
+
 def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:
     """The one consumer (through inlined stages) that reads this stage elementwise, with
     the same space shape: the stage can be computed inside its tiles."""
@@ -180,7 +195,7 @@ def packing_consumer(task: ir.SearchTask, state: ir.State, stage_id: int) -> int
     if len(consumers) != 1 or consumers[0] not in state.readers(stage_id):
         return None
     target = state.stages[consumers[0]]
-    if not is_tiled(state, consumers[0]) or not target.reduce_axes:
+    if not is_tiled(state, consumers[0]) or not target.reduce_axes or not needs_multi_level_tiling(state, consumers[0]):
         return None
     space, reduce = set(target.axes), set(target.reduce_axes)
     reads = expand_reads(state, target.body, st.op.output)

@@ -122,6 +122,26 @@ class AddRfactor(SketchRule):
         return out
 
 
+class VectorInsideReduction(SketchRule):
+    """Not in Ansor: a reduction without data reuse whose inputs are contiguous along its
+    last space axis, not along its reduce axes (NHWC global pooling: the channels are
+    innermost in memory, the sum runs over H and W), split that axis and move its inner
+    part inside the reduce loops, to be vectorised: every read is a contiguous vector,
+    where Ansor's sketches (the stage as it is, or rfactored) read it one element, or one
+    gather, a stride apart. A sketch beside the others."""
+    name = "vector_inside_reduction"
+
+    def condition(self, ctx, state, stage_id):
+        return Condition.APPLY if A.contiguous_along_last_space_axis(state, stage_id) else Condition.PASS
+
+    def apply(self, ctx, state, stage_id):
+        iters = state.stages[stage_id].iters
+        space = [it.name for it in iters if it.kind == "space"]
+        reduce = [it.name for it in iters if it.kind == "reduce"]
+        s = state.split(stage_id, space[-1], [None])
+        return [(s.reorder(stage_id, space[:-1] + [f"{space[-1]}.0"] + reduce + [f"{space[-1]}.1"]), stage_id - 1)]
+
+
 def split_fused_reduction(state, stage_id: int):
     """Reorder a stage's loops as space then reduce, fuse the reduce loops and split the
     fused one in two (length chosen later): what rfactor rules start from. Returns the
@@ -186,7 +206,8 @@ class AddCacheReadPack(SketchRule):
 
 
 def cpu_rules() -> list[SketchRule]:
-    """The built-in CPU rules: Ansor's, in its order, with the packing rule before the
-    last (skip)."""
+    """The built-in CPU rules: Ansor's, in its order, with the packing and the
+    vector-inside-reduction rules before the last (skip)."""
     return [AlwaysInline(guarded_reads=False), SimplifyComputeWithConstTensor(), AddRfactor(), AddCacheWrite(),
-            MultiLevelTilingWithFusion(), MultiLevelTiling(), AddCacheReadPack(), SkipStage()]
+            MultiLevelTilingWithFusion(), MultiLevelTiling(), AddCacheReadPack(), VectorInsideReduction(),
+            SkipStage()]
