@@ -88,17 +88,22 @@ def reads_have_reuse(reads_per_tensor, axes, reduces: bool) -> bool:
 
 def contiguous_along_last_space_axis(state: ir.State, stage_id: int) -> bool:
     """A reduction of an op's own stage, untransformed and without data reuse, whose last
-    space axis (of more than one iteration) is the last index of one of its reads: what
-    ``VectorInsideReduction`` vectorises inside the reduce loops."""
+    space axis (of more than one iteration) is the last index of every read that moves
+    with its reduce axes (constant weights aside; a value read once per output, as layer
+    norm's variance reads the mean, does not count): what ``VectorInsideReduction``
+    vectorises inside the reduce loops."""
     st = state.stages[stage_id]
     if (st.is_placeholder or st.compute_at == "inline" or not st.reduce_axes or st.origin != "op"
             or st.transforms or not st.axes or st.axes[-1].extent <= 1
             or needs_multi_level_tiling(state, stage_id)):
         return False
     last = st.axes[-1]
-    return any(indices and indices[-1] is last
-               for s in state.stages if s.compute_at != "inline" and s is not st
-               for indices in expand_reads(state, st.body, s.op.output))
+    reduce = {id(a) for a in st.reduce_axes}
+    moving = [indices for s in state.stages
+              if s.compute_at != "inline" and s is not st and not getattr(s.op, "constant", False)
+              for indices in expand_reads(state, st.body, s.op.output)
+              if any(id(v) in reduce for i in indices for v in E.free_vars(i))]
+    return bool(moving) and all(indices[-1] is last for indices in moving)
 
 
 def single_elementwise_consumer(state: ir.State, stage_id: int) -> int | None:

@@ -48,8 +48,10 @@ ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_populat
 #: loops within a grouped convolution's group (``sketch_rules.annotation.lane_span``), and
 #: programs that start a parallel region more than once a call ranked last; 6: a convolution or
 #: dense layer computed inside its residual, SiLU or GELU epilogue (``sketch_rules.analysis``:
-#: a batch of one read at index 0 is elementwise; expensive math read once is inlined)
-SEARCH_VERSION = 6
+#: a batch of one read at index 0 is elementwise; expensive math read once is inlined); 7: a
+#: reduction that the vector-inside-reduction sketch fits (NHWC global pooling over at least
+#: a vector of channels) gets that sketch alone (``sketch_rules.cpu_rules.VectorInsideReduction``)
+SEARCH_VERSION = 7
 #: how many of the search's best predicted programs the zero-trial choice ranks
 CANDIDATES = 16
 #: the kind of the records database's lines that remember zero-trial programs
