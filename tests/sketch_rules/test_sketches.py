@@ -286,8 +286,7 @@ def test_nhwc_global_pooling_vectorises_the_channels_inside_the_reduction():
     task = task_of([x, y])
     sketches = SR.generate_sketches(task)
     assert len(sketches) == 1
-    inside = sketches
-    assert names(inside[0], "global_pool_avg_sum") == ["ax0", "ax1", "ax2", "ax3.0", "rh", "rw", "ax3.1"]
+    assert names(sketches[0], "global_pool_avg_sum") == ["ax0", "ax1", "ax2", "ax3.0", "rh", "rw", "ax3.1"]
     assert not any(st.origin == "cache_read" for s in sketches for st in s.stages)  # no packed copy of x
     programs = [p for p in SR.sample_programs(task, sketches, 48, np.random.default_rng(0))
                 if _vectorised_inside_reduction(p, "global_pool_avg_sum") and p["global_pool_avg_sum"].iters[-1].extent > 1]
