@@ -235,7 +235,8 @@ def _add_base_model(parser) -> None:
     # the defaults are set on the parser: argparse would check a string default as a file
     parser.set_defaults(base_model="default")
     group.add_argument("--base-model", type=existing_file("--base-model", "base cost model", MAX_BASE_MODEL_BYTES), default=argparse.SUPPRESS, metavar="FILE",
-                       help=f"the base cost model (default: ${BASE_MODEL_ENV}, else the one shipped; "
+                       help=f"the base cost model (default: ${BASE_MODEL_ENV}, else the one shipped for the target's "
+                            f"vector width; "
                             f"`{PROG} pretrain` makes one)")
     group.add_argument("--no-base-model", dest="base_model", action="store_const", const=None,
                        default=argparse.SUPPRESS,

@@ -123,7 +123,8 @@ def cheap_first_round(tasks, options: TuneOptions) -> FirstRound:
     zero_trial = None
     if isinstance(cost_model, str) and cost_model.startswith("xgb") and options.base_model is not None \
             and all(t.target.backend.base_model for t in tasks):
-        zero_trial = ZeroTrial.from_spec(options.base_model, options.seed, options.records_db)
+        zero_trial = ZeroTrial.from_spec(options.base_model, options.seed, options.records_db,
+                                         hardware=tasks[0].hardware if tasks else None)
     program = None if zero_trial is None else _ZeroTrialPrograms(zero_trial, tasks)
     own, short = options.search_params, FIRST_ROUND_SEARCH
     params = replace(own, population=min(own.population, short.population),

@@ -172,7 +172,7 @@ def prior_and_model(tasks, options: TuneOptions):
     if without and base_model not in (None, "default"):
         raise ValueError(f"base_model={base_model!r} does not apply to target {without[0]!r}: the base model knows "
                          "CPU programs only")
-    base = load_base_model(base_model) if xgb and not without else None
+    base = load_base_model(base_model, tasks[0].hardware if tasks else None) if xgb and not without else None
     db = open_records_db(options.records_db)
     prior, start = prior_knowledge(db, tasks, base, seed) if db is not None and xgb else ([], base)
     valid = sum(r.ok for r in trials_of(prior))  # (what resume trains the model on)

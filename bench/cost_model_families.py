@@ -30,6 +30,7 @@ import tempfile
 import numpy as np
 
 import autosched
+import ir
 from autosched import ops
 from autosched.history import base_model as B
 from evolution import extract_features
@@ -128,12 +129,15 @@ def held_out_accuracy(logs_dir: str = LOGS, base_model="default", n_folds: int =
                       log=print, archive: str | None = ARCHIVE, ablate: bool = False,
                       top_weight: float | None = None) -> list[dict]:
     """One row per held-out workload and CPU vector width (``vector_lanes``): its family and
-    the quality of the models' rankings ("shipped": ``base_model``; "retrained": learnt from
+    the quality of the models' rankings ("shipped": ``base_model``, for "default" the shipped
+    model of the row's width; "retrained": learnt from
     the other folds; with ``ablate``, "no_target": the same without the target's register
     features; with ``top_weight``, "top_weighted": retrained with the rank pairs weighted
     by it, ``objectives.ranking_pairs``), from the logs of ``archive`` and ``logs_dir``."""
-    shipped = B.load_base_model(base_model)
-    if shipped is None:
+    def shipped_for(lanes: int):
+        """The base model of that vector width ("default": the shipped one of that width)."""
+        return B.load_base_model(base_model, ir.HardwareParams(num_cores=1, vector_lanes=lanes))
+    if shipped_for(8) is None:
         raise ValueError(f"no base model to compare: {base_model!r}")
     with tempfile.TemporaryDirectory(prefix="families_") as scratch:
         data = {}
@@ -166,7 +170,7 @@ def held_out_accuracy(logs_dir: str = LOGS, base_model="default", n_folds: int =
         for label in fold:
             for lanes, d in sorted(data[label].items()):
                 row = {"workload": label, "family": family(label), "vector_lanes": lanes, "programs": len(d["costs"]),
-                       "shipped": scores_quality(shipped.predict_features(d["features"]), d)}
+                       "shipped": scores_quality(shipped_for(lanes).predict_features(d["features"]), d)}
                 for name, model in models.items():
                     feats = _without_target_features(d["features"]) if name == "no_target" else d["features"]
                     row[name] = scores_quality(model.predict_features(feats), d)

@@ -5,6 +5,7 @@
     python bench/training_records.py --picks 16 --log-dir bench/.cache/training   # the model's own picks
     mkdir -p /tmp/training && tar xzf bench/data/training_records.tar.gz -C /tmp
     python -m autosched pretrain /tmp/training/*.json -o autosched/data/base_model.json
+    python -m autosched pretrain /tmp/training/*.json -o autosched/data/base_model_avx512.json --top-weight 1
 
 The base model that ships inside the package must rank programs of workloads it has never
 seen, so it is trained on records of *other* shapes than those the benchmarks evaluate:

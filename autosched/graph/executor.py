@@ -110,7 +110,8 @@ def _zero_trial_programs(untuned, target, base_model, records_db) -> tuple[dict,
     at once, over the cores; remembered in the records database ``records_db``) and the
     ``ZeroTrial`` that found them (None without a base model); a task whose search finds no
     program is left out, with a warning."""
-    zero_trial = ZeroTrial.from_spec(base_model, records_db=records_db) if untuned and base_model else None
+    zero_trial = (ZeroTrial.from_spec(base_model, records_db=records_db, hardware=ir.Target.parse(target).hardware)
+                  if untuned and base_model else None)
     if zero_trial is None:
         return {}, None
     found = zero_trial.programs([w.search_task(target=target) for w in untuned])

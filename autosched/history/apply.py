@@ -28,7 +28,8 @@ def apply_history_best(source, target: str | None = None, base_model="default", 
     ``"any"``: all). Yields the ``HistoryBest`` (``.best``, ``.applied``, ``.fallbacks``)."""
     if target is None:
         target = ir.host_target()
-    zero_trial = ZeroTrial.from_spec(base_model, records_db=records_db)
+    zero_trial = ZeroTrial.from_spec(base_model, records_db=records_db,
+                                     hardware=None if target == "any" else ir.Target.parse(target).hardware)
     history = HistoryBest(source, None if target == "any" else target, zero_trial)
     with build_with(history):
         yield history

@@ -1,9 +1,14 @@
 """The base cost model: a small XGBoost rank model trained on tuning records of many
 workloads, so that a task's programs can be ranked before any of them is measured.
 
-One ships inside the package (``data/base_model.json``), built by ``autosched pretrain``
+Two ship inside the package, one per vector width, both built by ``autosched pretrain``
 from the logs in ``bench/data/training_records.tar.gz`` (see the README): records of the
-``TRAINING_WORKLOADS`` below, which are other shapes than those the benchmarks evaluate.
+``TRAINING_WORKLOADS`` below, which are other shapes than those the benchmarks evaluate,
+measured on AVX2 and AVX-512 CPUs. ``data/base_model.json`` ranks programs for 8-lane (AVX2)
+targets; ``data/base_model_avx512.json``, trained on the same records with its rank pairs
+weighted towards the fast programs (``--top-weight 1``), for 16-lane (AVX-512) ones: on an
+AVX-512 CPU the first one's pick sat near the bottom of its own best 16 (BENCHMARKS.md,
+2026-11-28), while on AVX2 the weighting had not paid (2026-11-27).
 ``pretrain(records)`` trains one from the records of any tuning logs: each record's program
 is replayed on its workload, rebuilt from the record's workload key (``rebuild_workload``);
 ``load_base_model`` gives the model a tuning starts from (``AUTOSCHED_BASE_MODEL`` chooses
@@ -25,8 +30,11 @@ from .. import ops
 from ..files import MAX_BASE_MODEL_BYTES, read_bounded
 from .model_check import check_xgboost_json
 
-#: the model file shipped with the package
-SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "base_model.json")
+_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+#: the model file shipped with the package for AVX2 (8-lane) targets, and the default elsewhere
+SHIPPED_MODEL = os.path.join(_DATA, "base_model.json")
+#: the shipped model files by the target's float32 vector lanes (``HardwareParams.vector_lanes``)
+SHIPPED_MODELS = {8: SHIPPED_MODEL, 16: os.path.join(_DATA, "base_model_avx512.json")}
 #: the environment variable that chooses the base model: a file, or "off"
 ENV_VAR = "AUTOSCHED_BASE_MODEL"
 OFF = ("off", "none", "0", "")
@@ -280,7 +288,7 @@ def _load(path: str) -> XGBoostModel:
     data = read_bounded(path, "base cost model", MAX_BASE_MODEL_BYTES)
     if path.endswith(".json"):   # (XGBoost trusts its indices: a damaged tree crashes the process)
         check_xgboost_json(data, N_FEATURES)
-    elif path != SHIPPED_MODEL:
+    elif path not in SHIPPED_MODELS.values():
         raise ValueError("a base model given must be XGBoost's JSON format (.json), whose trees autosched checks "
                          "before XGBoost reads them")
     model = XGBoostModel.from_file(path, objective="rank")
@@ -290,11 +298,22 @@ def _load(path: str) -> XGBoostModel:
     return model
 
 
-def base_model_path(spec="default") -> str | None:
+def shipped_model_path(hardware=None) -> str:
+    """The shipped model for ``hardware`` (``ir.HardwareParams``; None: this CPU's): the one of
+    its vector width, else the AVX2 one."""
+    if hardware is None:
+        hardware = ir.Target.host().hardware
+    return SHIPPED_MODELS.get(getattr(hardware, "vector_lanes", None), SHIPPED_MODEL)
+
+
+def base_model_path(spec="default", hardware=None) -> str | None:
     """The file of the base model ``spec`` names: "default" (``$AUTOSCHED_BASE_MODEL``, else
-    the shipped model), a path, or None/"off" (no base model)."""
+    the shipped model for ``hardware``'s vector width, this CPU's when None), a path, or
+    None/"off" (no base model)."""
     if spec == "default":
-        spec = os.environ.get(ENV_VAR, SHIPPED_MODEL)
+        spec = os.environ.get(ENV_VAR)
+        if spec is None:
+            spec = shipped_model_path(hardware)
     if spec is None or (isinstance(spec, str) and spec.strip().lower() in OFF):
         return None
     path = os.fspath(spec)
@@ -304,19 +323,20 @@ def base_model_path(spec="default") -> str | None:
     return path
 
 
-def load_base_model(spec="default") -> XGBoostModel | None:
-    """The base model ``spec`` names (see ``base_model_path``), or an ``XGBoostModel``
-    given as it is; None for no base model. Loaded once per process and file."""
+def load_base_model(spec="default", hardware=None) -> XGBoostModel | None:
+    """The base model ``spec`` names for programs of ``hardware`` (see ``base_model_path``),
+    or an ``XGBoostModel`` given as it is; None for no base model. Loaded once per process
+    and file."""
     if isinstance(spec, XGBoostModel):
         return spec
-    path = base_model_path(spec)
+    path = base_model_path(spec, hardware)
     if path is None:
         return None
     try:
         return _load(os.path.abspath(path))
     except Exception as err:  # xgboost's own error types vary by version
         why = f"the base cost model {path!r} cannot be read ({type(err).__name__}: {str(err)[:200]})"
-        if os.path.abspath(path) != SHIPPED_MODEL:
+        if os.path.abspath(path) not in SHIPPED_MODELS.values():
             raise ValueError(f"{why}; expected a model file written by `autosched pretrain`") from None
         warnings.warn(f"autosched: {why}; going on without it", RuntimeWarning, stacklevel=2)
         return None

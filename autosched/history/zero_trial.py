@@ -193,9 +193,10 @@ class ZeroTrial:
 
     @classmethod
     def from_spec(cls, base_model="default", seed: int = 0, records_db="default",
-                  workers: int | None = None) -> "ZeroTrial | None":
-        """One from the base model ``base_model`` names; None when there is none."""
-        model = load_base_model(base_model)
+                  workers: int | None = None, hardware=None) -> "ZeroTrial | None":
+        """One from the base model ``base_model`` names for programs of ``hardware`` (the
+        shipped model of its vector width; None: this CPU's); None when there is none."""
+        model = load_base_model(base_model, hardware)
         return cls(model, seed, records_db, workers) if model is not None else None
 
     def program(self, dag: ir.ComputeDAG, target=None) -> ir.State:

@@ -39,6 +39,32 @@ def test_the_shipped_model_is_package_data_and_loads():
     assert B.load_base_model(None) is None and B.load_base_model("off") is None
 
 
+def test_the_shipped_model_is_chosen_by_the_targets_vector_width(monkeypatch):
+    """AVX-512 targets rank with the model whose pairs weigh the fast programs more (on an
+    AVX-512 CPU the AVX2 model's pick sat near the bottom of its own best 16); AVX2 and
+    anything else with the AVX2 one."""
+    monkeypatch.delenv(B.ENV_VAR, raising=False)
+    avx512, avx2, sse = (ir.HardwareParams(num_cores=2, vector_lanes=n) for n in (16, 8, 4))
+    assert B.base_model_path("default", avx512) == B.SHIPPED_MODELS[16] != B.SHIPPED_MODEL
+    assert B.base_model_path("default", avx2) == B.base_model_path("default", sse) == B.SHIPPED_MODEL
+    assert "data/" + os.path.basename(B.SHIPPED_MODELS[16]) in package_data()
+    wide, narrow = B.load_base_model("default", avx512), B.load_base_model("default", avx2)
+    assert wide is not narrow and wide.booster is not None and wide.objective == "rank"
+    host = ir.Target.host().hardware
+    assert B.base_model_path() == B.SHIPPED_MODELS.get(host.vector_lanes, B.SHIPPED_MODEL)
+    monkeypatch.setenv(B.ENV_VAR, B.SHIPPED_MODEL)      # the variable wins over the width
+    assert B.base_model_path("default", avx512) == B.SHIPPED_MODEL
+
+
+def test_the_zero_trial_search_of_a_task_uses_the_model_of_its_width(monkeypatch):
+    monkeypatch.delenv(B.ENV_VAR, raising=False)
+    from autosched.history.zero_trial import ZeroTrial
+    for lanes in (8, 16):
+        hardware = ir.HardwareParams(num_cores=2, vector_lanes=lanes)
+        zero = ZeroTrial.from_spec("default", records_db=None, hardware=hardware)
+        assert zero.model is B.load_base_model(B.SHIPPED_MODELS[lanes])
+
+
 def test_the_environment_variable_chooses_the_base_model(monkeypatch, tmp_path):
     monkeypatch.setenv(B.ENV_VAR, B.SHIPPED_MODEL)
     assert B.base_model_path() == B.SHIPPED_MODEL
