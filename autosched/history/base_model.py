@@ -2,13 +2,15 @@
 workloads, so that a task's programs can be ranked before any of them is measured.
 
 Two ship inside the package, one per vector width, both built by ``autosched pretrain``
-from the logs in ``bench/data/training_records.tar.gz`` (see the README): records of the
-``TRAINING_WORKLOADS`` below, which are other shapes than those the benchmarks evaluate,
-measured on AVX2 and AVX-512 CPUs. ``data/base_model.json`` ranks programs for 8-lane (AVX2)
-targets; ``data/base_model_avx512.json``, trained on the same records with its rank pairs
-weighted towards the fast programs (``--top-weight 1``), for 16-lane (AVX-512) ones: on an
-AVX-512 CPU the first one's pick sat near the bottom of its own best 16 (BENCHMARKS.md,
-2026-11-28), while on AVX2 the weighting had not paid (2026-11-27).
+(see docs/history.md): records of the ``TRAINING_WORKLOADS`` below, which are other shapes
+than those the benchmarks evaluate, measured on AVX2 and AVX-512 CPUs.
+``data/base_model.json`` ranks programs for 8-lane (AVX2) targets; it learnt the logs in
+``bench/data/training_records.tar.gz``. ``data/base_model_avx512.json`` ranks them for
+16-lane (AVX-512) ones: it learnt those logs and ``bench/data/training_records_avx512.tar.gz``
+(AVX-512 tunings of four 3x3 convolution workloads, and two rounds of its predecessors'
+own picks on every model-family workload), with its rank pairs weighted towards the fast
+programs (``--top-weight 1``). On an AVX-512 CPU the AVX2 model's pick sat near the bottom
+of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid.
 ``pretrain(records)`` trains one from the records of any tuning logs: each record's program
 is replayed on its workload, rebuilt from the record's workload key (``rebuild_workload``);
 ``load_base_model`` gives the model a tuning starts from (``AUTOSCHED_BASE_MODEL`` chooses
@@ -61,7 +63,8 @@ TRAINING_SUITE_STYLE = (
 #: bench/model_coverage.py makes), at shapes none of those models has (48/24/12/6-pixel
 #: maps, 100/160-token sequences, 640/1280/2560 widths; ``bench/training_records.py``
 #: checks it): tuned as a network's tasks are (``NETWORK_TASK_TRAINING``); the shipped
-#: model learnt those whose logs are in bench/data/training_records.tar.gz
+#: models learnt those whose logs are in bench/data/training_records.tar.gz (both) and
+#: bench/data/training_records_avx512.tar.gz (the AVX-512 one)
 MODEL_FAMILY_OPERATORS = {
     "dense_chain-1x100x640x2560-add-gelu": ("dense_chain", ((1, 100), 640, 2560), {"epilogue": "add-gelu"}),
     "dense_chain-1x100x2560x640-add-residual": ("dense_chain", ((1, 100), 2560, 640), {"epilogue": "add-residual"}),
@@ -108,6 +111,17 @@ MODEL_FAMILY_OPERATORS = {
     "se_gate-12x12x36x576-sigmoid": ("se_gate", (12, 12, 36, 576), {"gate": "sigmoid"}),
     "conv2d_chain-1x12x12x256x256-k3g16-bias-relu":
         ("conv2d_chain", (1, 12, 12, 256, 256, 3, 1, 1, 16), {"epilogue": "bias-relu"}),
+    # 3x3 convolutions as ResNet's and RegNet's tasks have them (dense and in groups of 24
+    # channels, stride 1 and 2), tuned on an AVX-512 CPU for its model: the first AVX-512
+    # model had AVX2 records only of dense 3x3 convolutions and one grouped workload (16
+    # groups of 16), and picked programs 2-3x slower than its predecessor's for both
+    "conv2d_chain-1x24x24x160x160-k3-bias-relu": ("conv2d_chain", (1, 24, 24, 160, 160, 3, 1, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x20x20x320x320-k3s2-bias-relu":
+        ("conv2d_chain", (1, 20, 20, 320, 320, 3, 2, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x20x20x192x192-k3g8-bias-relu":
+        ("conv2d_chain", (1, 20, 20, 192, 192, 3, 1, 1, 8), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x40x40x96x96-k3s2g4-bias-relu":
+        ("conv2d_chain", (1, 40, 40, 96, 96, 3, 2, 1, 4), {"epilogue": "bias-relu"}),
     "global_avg_pool2d-1x24x24x240": ("global_avg_pool2d", (1, 24, 24, 240), {}),
     "layer_norm-1x24x24x192": ("layer_norm", ((1, 24, 24, 192),), {}),
     "layer_norm-1x100x640": ("layer_norm", ((1, 100, 640),), {}),
@@ -165,8 +179,8 @@ COLD_WEIGHT_TRAINING = frozenset(label for label in TRAINING_OPERATORS
 
 
 def training_workloads() -> dict[str, ops.Workload]:
-    """Label -> workload of every training workload (the shipped model learnt those whose
-    logs are in bench/data/training_records.tar.gz)."""
+    """Label -> workload of every training workload (the shipped models learnt those whose
+    logs are in bench/data/training_records*.tar.gz)."""
     out = {name: ops.suite_workload(name) for name in TRAINING_SUITE_STYLE}
     for label, (op, args, kwargs) in TRAINING_OPERATORS.items():
         out[label] = ops.workload(op, *args, label=label, **kwargs)
