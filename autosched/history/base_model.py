@@ -166,6 +166,11 @@ TRAINING_OPERATORS = {
     **MODEL_FAMILY_OPERATORS,
 }
 
+#: model-family workloads tuned on an AVX-512 CPU only: their logs are in
+#: bench/data/training_records_avx512.tar.gz alone, and the AVX2 model has not seen them
+AVX512_ONLY_TRAINING = frozenset(("conv2d_chain-1x24x24x160x160-k3-bias-relu", "conv2d_chain-1x20x20x320x320-k3s2-bias-relu",
+                                  "conv2d_chain-1x20x20x192x192-k3g8-bias-relu",
+                                  "conv2d_chain-1x40x40x96x96-k3s2g4-bias-relu"))
 #: training workloads that are a network's fused tasks (``ops.subgraphs``' chains and gates):
 #: tuned as ``tune_networks`` tunes a model's tasks, with the layout rewrite of their weights
 NETWORK_TASK_TRAINING = frozenset(label for label, (op, _, _) in TRAINING_OPERATORS.items()

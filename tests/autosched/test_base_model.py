@@ -22,6 +22,7 @@ from tests.autosched.stand_ins import StandInBuilder, StandInRunner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records.tar.gz")
+AVX512_TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx512.tar.gz")
 
 
 def package_data() -> list[str]:
@@ -63,6 +64,21 @@ def test_the_zero_trial_search_of_a_task_uses_the_model_of_its_width(monkeypatch
         hardware = ir.HardwareParams(num_cores=2, vector_lanes=lanes)
         zero = ZeroTrial.from_spec("default", records_db=None, hardware=hardware)
         assert zero.model is B.load_base_model(B.SHIPPED_MODELS[lanes])
+
+
+def test_the_avx512_models_own_logs_are_avx512_records_of_the_model_family_workloads(tmp_path):
+    """Its tunings of the workloads only it learnt (64 trials each) and two rounds of picks
+    (at most 16 and the default schedule a round) of every model-family workload."""
+    with tarfile.open(AVX512_TRAINING_LOGS) as tar:
+        tar.extractall(tmp_path, filter="data")
+    logs = sorted((tmp_path / "training_avx512").glob("*.json"))
+    assert {p.stem for p in logs} == set(B.MODEL_FAMILY_OPERATORS)
+    for path in logs:
+        records = read_records(str(path))
+        assert {r.target for r in records} == {"llvm -mcpu=znver5"} and all(r.ok for r in records), path.stem
+        assert {r.hardware["vector_lanes"] for r in records} == {16}
+        picks = 2 * 17 if path.stem not in B.AVX512_ONLY_TRAINING else 64 + 2 * 17
+        assert len(records) <= picks and len(records) >= picks - 2 * 17 + 2, path.stem
 
 
 def test_the_environment_variable_chooses_the_base_model(monkeypatch, tmp_path):
