@@ -122,6 +122,22 @@ MODEL_FAMILY_OPERATORS = {
         ("conv2d_chain", (1, 20, 20, 192, 192, 3, 1, 1, 8), {"epilogue": "bias-relu"}),
     "conv2d_chain-1x40x40x96x96-k3s2g4-bias-relu":
         ("conv2d_chain", (1, 40, 40, 96, 96, 3, 2, 1, 4), {"epilogue": "bias-relu"}),
+    # ShuffleNet's families on an AVX-512 CPU: 1x1 and depthwise convolutions over 4 or 16 x an
+    # odd number of channels (a vector of 16 lanes covers none of 4 x 11), depthwise layers on
+    # large maps (stride 1 and 2), and 1x1 convolutions from many channels on 5x5 maps; the
+    # second AVX-512 model picked unvectorised programs of such layers, 3-9x slower than the
+    # fastest of its own 16 best (MobileNet-V3's 112x112 depthwise, ShuffleNet's 116 channels)
+    "depthwise_chain-1x96x96x48-k3s2-bias-relu": ("depthwise_chain", (1, 96, 96, 48, 3, 2, 1), {"epilogue": "bias-relu"}),
+    "depthwise_chain-1x80x80x24-k3s1-bias": ("depthwise_chain", (1, 80, 80, 24, 3, 1, 1), {"epilogue": "bias"}),
+    "depthwise_chain-1x40x40x44-k3s2-bias": ("depthwise_chain", (1, 40, 40, 44, 3, 2, 1), {"epilogue": "bias"}),
+    "depthwise_chain-1x20x20x92-k3s1-bias": ("depthwise_chain", (1, 20, 20, 92, 3, 1, 1), {"epilogue": "bias"}),
+    "conv2d_chain-1x40x40x44x44-k1-bias-relu": ("conv2d_chain", (1, 40, 40, 44, 44, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x20x20x92x92-k1-bias-relu": ("conv2d_chain", (1, 20, 20, 92, 92, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x10x10x184x184-k1-bias-relu": ("conv2d_chain", (1, 10, 10, 184, 184, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x48x48x20x44-k1-bias-relu": ("conv2d_chain", (1, 48, 48, 20, 44, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x5x5x368x1024-k1-bias-relu": ("conv2d_chain", (1, 5, 5, 368, 1024, 1), {"epilogue": "bias-relu"}),
+    "conv2d_chain-1x5x5x800x144-k1-bias-residual":
+        ("conv2d_chain", (1, 5, 5, 800, 144, 1), {"epilogue": "bias-residual"}),
     "global_avg_pool2d-1x24x24x240": ("global_avg_pool2d", (1, 24, 24, 240), {}),
     "layer_norm-1x24x24x192": ("layer_norm", ((1, 24, 24, 192),), {}),
     "layer_norm-1x100x640": ("layer_norm", ((1, 100, 640),), {}),
@@ -170,7 +186,14 @@ TRAINING_OPERATORS = {
 #: bench/data/training_records_avx512.tar.gz alone, and the AVX2 model has not seen them
 AVX512_ONLY_TRAINING = frozenset(("conv2d_chain-1x24x24x160x160-k3-bias-relu", "conv2d_chain-1x20x20x320x320-k3s2-bias-relu",
                                   "conv2d_chain-1x20x20x192x192-k3g8-bias-relu",
-                                  "conv2d_chain-1x40x40x96x96-k3s2g4-bias-relu"))
+                                  "conv2d_chain-1x40x40x96x96-k3s2g4-bias-relu",
+                                  "depthwise_chain-1x96x96x48-k3s2-bias-relu", "depthwise_chain-1x80x80x24-k3s1-bias",
+                                  "depthwise_chain-1x40x40x44-k3s2-bias", "depthwise_chain-1x20x20x92-k3s1-bias",
+                                  "conv2d_chain-1x40x40x44x44-k1-bias-relu", "conv2d_chain-1x20x20x92x92-k1-bias-relu",
+                                  "conv2d_chain-1x10x10x184x184-k1-bias-relu",
+                                  "conv2d_chain-1x48x48x20x44-k1-bias-relu",
+                                  "conv2d_chain-1x5x5x368x1024-k1-bias-relu",
+                                  "conv2d_chain-1x5x5x800x144-k1-bias-residual"))
 #: training workloads that are a network's fused tasks (``ops.subgraphs``' chains and gates):
 #: tuned as ``tune_networks`` tunes a model's tasks, with the layout rewrite of their weights
 NETWORK_TASK_TRAINING = frozenset(label for label, (op, _, _) in TRAINING_OPERATORS.items()

@@ -38,7 +38,7 @@ def test_folds_hold_a_share_of_every_family_and_every_workload_once():
     folds = families.folds_of(labels, 3)
     assert sorted(sum(folds, [])) == sorted(labels)
     depthwise = [sum(families.family(x) == "depthwise conv" for x in f) for f in folds]
-    assert max(depthwise) - min(depthwise) <= 1 and sum(depthwise) == 8
+    assert max(depthwise) - min(depthwise) <= 1 and sum(depthwise) == 12
 
 
 def test_scores_quality_of_a_perfect_and_a_reversed_ranking():
