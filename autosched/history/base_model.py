@@ -7,8 +7,8 @@ than those the benchmarks evaluate, measured on AVX2 and AVX-512 CPUs.
 ``data/base_model.json`` ranks programs for 8-lane (AVX2) targets; it learnt the logs in
 ``bench/data/training_records.tar.gz``. ``data/base_model_avx512.json`` ranks them for
 16-lane (AVX-512) ones: it learnt those logs and ``bench/data/training_records_avx512.tar.gz``
-(AVX-512 tunings of four 3x3 convolution workloads, and two rounds of its predecessors'
-own picks on every model-family workload), with its rank pairs weighted towards the fast
+(AVX-512 tunings of the ``AVX512_ONLY_TRAINING`` workloads, and two to four rounds of its
+predecessors' own picks on every model-family workload), with its rank pairs weighted towards the fast
 programs (``--top-weight 1``). On an AVX-512 CPU the AVX2 model's pick sat near the bottom
 of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid.
 ``pretrain(records)`` trains one from the records of any tuning logs: each record's program
