@@ -74,15 +74,22 @@ def with_step(state: ir.State, index: int, step: Step | None) -> ir.State | None
 
 def split_parts(step: SplitStep) -> list[int] | None:
     """All tile lengths of a split, outermost first (the derived one included), or None
-    when its extent is unknown or its lengths are not exact."""
+    when its extent is unknown or its lengths are neither exact nor a padded vector tile's
+    (an innermost length that does not divide the extent, the other levels dividing the
+    number of its tiles: 408 as (1, 13, 2, 16), the product 416)."""
     if step.extent is None or any(x is None for x in step.lengths):
         return None
     prod = 1
     for x in step.lengths:
         prod *= x
-    if step.extent % prod:
-        return None
-    rest = step.extent // prod
+    if step.extent % prod == 0:
+        rest = step.extent // prod
+    else:  # a padded vector tile (``sketch_rules.padded_vector_length``): the levels tile its tiles
+        innermost = step.lengths[-1]
+        tiles = -(-step.extent // innermost)
+        if not step.inner_to_outer or step.extent % innermost == 0 or tiles % (prod // innermost):
+            return None
+        rest = tiles // (prod // innermost)
     return [rest] + list(step.lengths) if step.inner_to_outer else list(step.lengths) + [rest]
 
 

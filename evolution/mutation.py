@@ -76,9 +76,16 @@ def mutate_tile_size(state: ir.State, rng: np.random.Generator, max_innermost: i
         if new[-1] > max_innermost:
             continue
         child = with_step(state, index, replace(step, lengths=lengths_from_parts(step, new)))
-        if child is None or _keeps_vector_lengths(state, child, vector_lane_group):
+        if child is None or _keeps_vector_lengths(state, child, vector_lane_group) and _tiles_cleanly(child, index):
             return child
     return None
+
+
+def _tiles_cleanly(child: ir.State, index: int) -> bool:
+    """Whether split ``index`` of ``child`` is exact or a padded vector tile (``split_parts``):
+    moving a factor out of a padded tile's 16 lanes (408 as 52 x 8) leaves a split that
+    tiles neither way."""
+    return split_parts(child.steps[index]) is not None
 
 
 def _keeps_vector_lengths(parent: ir.State, child: ir.State, group: int | None) -> bool:
@@ -120,7 +127,9 @@ def mutate_tile_size_random_walk(state: ir.State, rng: np.random.Generator, q: f
     if not moved:
         return None
     child = with_step(state, index, replace(step, lengths=lengths_from_parts(step, parts)))
-    return child if child is None or _keeps_vector_lengths(state, child, vector_lane_group) else None
+    if child is None or _keeps_vector_lengths(state, child, vector_lane_group) and _tiles_cleanly(child, index):
+        return child
+    return None
 
 
 def mutate_auto_unroll(state: ir.State, rng: np.random.Generator, choices) -> ir.State | None:

@@ -51,6 +51,8 @@ class Lowering:
     #: ... and loops cut into their edge and middle pieces where one loop decides them
     #: (``evolution.features`` turns it off)
     cut_padding_loops = True
+    #: local tiles run past their region where that is safe (``_needed_guards``)
+    pad_local_tiles = True
 
     def __init__(self, state, layout_rewrite: bool = False):
         self.state = state
@@ -67,12 +69,15 @@ class Lowering:
             self.args.append(buf)
         self.allocations: list[Buffer] = []
         self.attached: dict[tuple[int, int], list[int]] = {}
+        self.bounds = all_iter_bounds(state)
+        self.simplify = Simplifier(self.bounds)
         for idx, st in enumerate(state.stages):
             if st.is_placeholder or st.compute_at == "inline" or id(st.op) in self.buffers:
                 continue
             if st.compute_at == "iter":
                 self.attached.setdefault(st.attach, []).append(idx)
-                shape = st.root_extents[:len(st.axes)]
+                offsets = tuple(st.root_starts[:len(st.axes)])
+                shape = self._tile_shape(st, offsets)
                 nbytes = dt.itemsize(st.op.dtype)
                 for n in shape:
                     nbytes *= n
@@ -80,14 +85,30 @@ class Lowering:
                     raise LoweringError(f"stage '{st.name}' computed inside '{state.stages[st.attach[0]].name}' "
                                         f"needs a {nbytes}-byte buffer per iteration (limit {MAX_LOCAL_BYTES})")
                 self.buffers[id(st.op)] = Buffer(st.op.name, st.op.dtype, shape, "local")
-                self.offsets[id(st.op)] = tuple(st.root_starts[:len(st.axes)])
+                self.offsets[id(st.op)] = offsets
             else:
                 buf = Buffer(st.op.name, st.op.dtype, st.op.shape, "global")
                 self.buffers[id(st.op)] = buf
                 self.allocations.append(buf)
-        self.bounds = all_iter_bounds(state)
-        self.simplify = Simplifier(self.bounds)
+        #: the simplifier even where ``simplify`` is replaced (the features skip it): what a
+        #: guard may be dropped on must not depend on that
+        self.exact = self.simplify
         self.reader = None  # the stage whose body is being lowered (for run-time index checks)
+
+    def _tile_shape(self, st, offsets) -> tuple:
+        """The local buffer of an attached stage: its region, widened where its guarded loops
+        run past it (``pad_local_tiles``: a padded vector tile of 416 lanes over a region of
+        408 channels gets rows of 416, so that a padded lane never lands on the next row's
+        first ones and ``_needed_guards`` can drop the guard)."""
+        shape = st.root_extents[:len(st.axes)]
+        if not (self.pad_local_tiles and st.guards):
+            return shape
+        wide = []
+        for value, offset, extent in zip(st.axis_values, offsets, shape):
+            index = value if offset is None else E.Binary("-", value, offset)
+            hi = interval(self.simplify(index), self.bounds)[1]
+            wide.append(max(extent, int(hi) + 1) if hi != float("inf") else extent)
+        return tuple(wide)
 
     def run(self, name: str) -> LoweredFunc:
         body = seq(self.stage_nest(idx) for idx, st in enumerate(self.state.stages)
@@ -167,15 +188,46 @@ class Lowering:
             if body.condition is not None:
                 cond = self.simplify(self.expr(body.condition, axis_map))
                 combined = E.Select(cond, combined, acc)
+            guards = self._needed_guards(st, buf, axis_map, combined, guards)
             update = guarded(Store(buf, index, combined), guards)
             init = Store(buf, index, body.identity())
             nest = self._reduction_nest(idx, st, update, init, guards)
         else:
             value = self.simplify(self.expr(body, axis_map))
+            guards = self._needed_guards(st, buf, axis_map, value, guards)
             nest = self._loops(idx, st.iters, 0, guarded(Store(buf, index, value), guards))
         if st.auto_unroll_max_step:
             nest = Pragma("auto_unroll_max_step", st.auto_unroll_max_step, nest)
         return nest
+
+    def _needed_guards(self, st, buf: Buffer, axis_map: dict, value: E.Expr, guards: list) -> list:
+        """``guards`` less those a local tile can run past (``pad_local_tiles``): a vector
+        tile of 16 lanes over 408 channels computes its last 8 lanes into its own register
+        tile instead of masking every multiply-add, and its consumer's guard keeps them out
+        of the output. A guard goes only where that cannot change a result or leave a
+        buffer: it names no reduce loop of the stage (a padded lane is never summed into a
+        real one), each dimension of the tile but the first stays inside its extent (a
+        padded element never lands on a real one), and every read of ``value`` is proven in
+        range without it (a packed weight padded with zeros, not a row of the next one)."""
+        if not guards or not self.pad_local_tiles or buf.scope != "local":
+            return guards
+        reduce_vars = {id(it.var) for it in st.iters if it.kind == "reduce"}
+        kept = [g for g in guards if any(id(v) in reduce_vars for v in E.free_vars(g))]
+        if len(kept) == len(guards):
+            return guards
+        offsets = self.offsets.get(id(st.op), ())
+        for d, (ax, extent) in enumerate(zip(st.axes, buf.shape)):
+            offset = offsets[d] if d < len(offsets) else None
+            i = axis_map[ax] if offset is None else E.Binary("-", axis_map[ax], offset)
+            lo, hi = interval(self.exact(i), self.bounds)
+            if lo < 0 or (d > 0 and hi >= extent):
+                return guards
+        for node in E.walk(value):
+            if isinstance(node, Load):
+                lo, hi = interval(self.exact(node.index), self.bounds)
+                if node.in_range is not None or lo < 0 or hi >= node.buffer.capacity:
+                    return guards
+        return kept
 
     def _reduction_nest(self, idx: int, st, update: Stmt, init: Store, guards) -> Stmt:
         """Put the init before the outermost reduce loop, inside loops over the space

@@ -26,14 +26,28 @@ def factorizations(extent: int, n: int, max_innermost: int,
                    innermost: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], ...]:
     """Every choice of ``n`` inner tile lengths whose product divides ``extent`` and whose
     innermost length is at most ``max_innermost`` (and one of ``innermost`` when given, e.g.
-    ``vector_lengths``); the outer length is the quotient."""
+    ``vector_lengths``); the outer length is the quotient. An ``innermost`` length that
+    does not divide ``extent`` (a padded vector tile, ``padded_vector_length``) takes the
+    other levels from the factorisations of the number of its tiles: 16 lanes of 408 make
+    26 tiles, so (13, 16), (2, 16), (26, 16)..., the last tile running 8 lanes past the end."""
+    out = list(_exact_factorizations(extent, n, max_innermost, innermost))
+    for length in innermost or ():
+        if n >= 1 and extent % length and length <= max_innermost:
+            tiles = -(-extent // length)
+            out += [rest + (length,) for rest in _exact_factorizations(tiles, n - 1, tiles, None)]
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _exact_factorizations(extent: int, n: int, max_innermost: int,
+                          innermost: tuple[int, ...] | None) -> tuple[tuple[int, ...], ...]:
     if n == 0:
         return ((),)
     out = []
     for first in divisors(extent):
         if n == 1 and (first > max_innermost or (innermost is not None and first not in innermost)):
             continue
-        for rest in factorizations(extent // first, n - 1, max_innermost, innermost):
+        for rest in _exact_factorizations(extent // first, n - 1, max_innermost, innermost):
             out.append((first,) + rest)
     return tuple(out)
 
@@ -43,7 +57,30 @@ def factorizations(extent: int, n: int, max_innermost: int,
 VECTOR_LANE_GROUP = 8
 
 
-def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP) -> bool:
+#: float32 lanes of the widest vector register (AVX-512's zmm): an axis of a multiple of
+#: it has exact vector tiles of every width, and no padded ones
+WIDEST_LANES = 16
+#: a padded vector tile: at most this many lanes (two zmm, four ymm registers) ...
+MAX_PADDED_LANES = 32
+#: ... running past the end of its axis by at most this share of the axis (16 lanes of 408
+#: channels: 416, 2 %; 16 of 116: 128, 10 %): the lanes past the end are computed and dropped
+MAX_PADDED_SHARE = 1 / 8
+
+
+def padded_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP) -> bool:
+    """Whether ``length`` lanes make a padded vector tile of an axis of ``extent``: a
+    multiple of the lane ``group`` up to ``MAX_PADDED_LANES`` that does not divide the axis
+    and pads it by at most ``MAX_PADDED_SHARE``, on an axis of no multiple of ``WIDEST_LANES``. RegNet's 408 channels allow only 8 or 24
+    exact lanes, 24 being a zmm and a ymm, so a quarter of AVX-512's multiply-adds run at half
+    width; ShuffleNet's 116 allow 4. Where the stage reads only weights along the axis
+    (``paddable``), 16 or 32 lanes run past it for 2 % more work (``ir.lower`` drops the
+    tile's guards)."""
+    if length % group or length > MAX_PADDED_LANES or extent % length == 0 or extent % WIDEST_LANES == 0:
+        return False
+    return -(-extent // length) * length - extent <= MAX_PADDED_SHARE * extent
+
+
+def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP, padded: bool = False) -> bool:
     """Whether a vectorised loop of ``length`` lanes over an axis of ``extent`` is one the CPU
     search space allows: 1 (no vector: LLVM may still vectorise another loop), a multiple
     of the lane ``group`` that divides the extent where ``group`` divides it, else a divisor
@@ -52,19 +89,60 @@ def good_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP)
     Odd widths (17 or 51 lanes of 408 = 8 x 51, 29 of 116) are left out: LLVM splits such
     a vector into whole registers and a scalar remainder, and the base model, which saw few,
     ranked them first (RegNet's 408-channel convolutions at 9-15 GFLOPS, 24 lanes of the
-    same space at 220)."""
+    same space at 220). With ``padded`` (the axis is ``paddable``), also a
+    ``padded_vector_length``."""
     if length == 1:
+        return True
+    if padded and padded_vector_length(length, extent, group):
         return True
     return length % group == 0 and extent % length == 0 if extent % group == 0 else group % length == 0
 
 
 @functools.lru_cache(maxsize=4096)
-def vector_lengths(extent: int, max_innermost: int, group: int = VECTOR_LANE_GROUP) -> tuple[int, ...]:
+def vector_lengths(extent: int, max_innermost: int, group: int = VECTOR_LANE_GROUP,
+                   padded: bool = False) -> tuple[int, ...]:
     """The innermost tile lengths (at most ``max_innermost``) that a vectorised split of
     ``extent`` may take (``good_vector_length``), ascending: 408 -> (1, 8, 24),
-    116 -> (1, 2, 4), 256 -> (1, 8, 16, 32, 64). What sampling (``FillTileSize``) and the
-    tile-size mutation obey."""
-    return tuple(d for d in divisors(extent) if d <= max_innermost and good_vector_length(d, extent, group))
+    116 -> (1, 2, 4), 256 -> (1, 8, 16, 32, 64); with ``padded``, the padded ones too:
+    408 -> (1, 8, 16, 24, 32), 116 -> (1, 2, 4, 8, 16, 24, 32). What sampling
+    (``FillTileSize``) and the tile-size mutation obey."""
+    exact = [d for d in divisors(extent) if d <= max_innermost and good_vector_length(d, extent, group)]
+    pads = [n for n in range(group, min(max_innermost, MAX_PADDED_LANES) + 1, group)
+            if padded and padded_vector_length(n, extent, group)] if group > 1 else []
+    return tuple(sorted(exact + pads))
+
+
+def paddable(stage, axis: str) -> bool:
+    """Whether a vector tile of space axis ``axis`` of ``stage`` may run past the axis's end
+    (``padded_vector_length``): every tensor the stage reads along the axis is a constant
+    input (a weight, which layout rewrite packs with zeros past its end), so the padded
+    lanes read no other data and ``ir.lower`` computes them in the stage's local tile
+    without masks. A 1x1 convolution's output channels read only its weights; a depthwise
+    one's read the image too."""
+    if stage.is_placeholder or stage.body is None:
+        return False
+    var = next((v for v in stage.axes if v.name == axis), None)
+    if var is None:
+        return False
+    key = (id(stage.body), id(var))
+    hit = _PADDABLE.get(key)
+    if hit is not None and hit[0] is stage.body:
+        return hit[1]
+    ok = True
+    for node in E.walk(stage.body):
+        if isinstance(node, E.TensorRead) and any(v is var for i in node.indices for v in E.free_vars(i)):
+            op = node.tensor.op
+            if not (isinstance(op, ir.PlaceholderOp) and op.constant):
+                ok = False
+                break
+    if len(_PADDABLE) >= 4096:
+        _PADDABLE.clear()
+    _PADDABLE[key] = (stage.body, ok)
+    return ok
+
+
+#: (id(body), id(var)) -> (body, paddable): bodies are shared by the States of a task
+_PADDABLE: dict = {}
 
 
 def vector_axis_extent(stage, group: int = VECTOR_LANE_GROUP) -> int | None:
@@ -72,13 +150,42 @@ def vector_axis_extent(stage, group: int = VECTOR_LANE_GROUP) -> int | None:
     innermost tile of a space axis (a loop named ``AXIS.k``: the last part of a split of
     ``AXIS``): the axis's ``lane_span``; None when its last loop is no such tile (fused,
     reduce, unsplit)."""
+    found = vector_axis(stage, group)
+    return None if found is None else found[1]
+
+
+def vector_axis(stage, group: int = VECTOR_LANE_GROUP) -> tuple[str, int] | None:
+    """(axis name, ``lane_span``) of the space axis whose innermost tile is ``stage``'s last
+    loop (see ``vector_axis_extent``), or None."""
     if stage.is_placeholder or not stage.iters:
         return None
     last = stage.iters[-1]
     axis, _, part = last.name.rpartition(".")
     if last.kind != "space" or not part.isdigit():
         return None
-    return lane_span(stage, axis, group)
+    span = lane_span(stage, axis, group)
+    return None if span is None else (axis, span)
+
+
+def on_grid(stage, group: int = VECTOR_LANE_GROUP) -> bool:
+    """Whether ``stage``'s last loop, vectorised, has a length the CPU space allows
+    (``good_vector_length``, padded lengths where the axis is ``paddable``); True where the
+    last loop tiles no single space axis."""
+    found = vector_axis(stage, group)
+    if found is None:
+        return True
+    axis, span = found
+    length = stage.iters[-1].extent
+    if good_vector_length(length, span, group):
+        return True
+    return _padded_tile(stage, axis, span, length, group)
+
+
+def _padded_tile(stage, axis: str, span: int, length: int, group: int) -> bool:
+    """Whether a last loop of ``length`` lanes is a padded tile of ``axis`` the space allows:
+    over the whole axis (not a grouped convolution's span), of a ``paddable`` stage."""
+    extent = next(int(stage.op.shape[d]) for d, v in enumerate(stage.axes) if v.name == axis)
+    return span == extent and padded_vector_length(length, extent, group) and paddable(stage, axis)
 
 
 def lane_span(stage, axis: str, group: int = VECTOR_LANE_GROUP) -> int | None:
@@ -122,13 +229,9 @@ def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> in
     """How many vectorised loops of ``state`` tile an axis with a length that
     ``good_vector_length`` rejects (the tile-size mutation makes no program with more of
     them than its parent)."""
-    count = 0
-    for st in state.stages:
-        extent = vector_axis_extent(st, group)
-        if extent is not None and st.iters[-1].annotation == "vectorize" \
-                and not good_vector_length(st.iters[-1].extent, extent, group):
-            count += 1
-    return count
+    return sum(1 for st in state.stages
+               if not st.is_placeholder and st.iters and st.iters[-1].annotation == "vectorize"
+               and not on_grid(st, group))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -176,7 +279,8 @@ class FillTileSize(InitRule):
                     # on the grid (by scheme, 1 lane would dominate: 408 = 8 x 51 has 45
                     # schemes ending in 1 and 4 ending in 24); on-grid draws keep the
                     # schemes' own distribution, which the base model's picks were tuned on
-                    grid = vector_lengths(span or it.extent, limit, self.vector_lane_group)
+                    padded = span in (None, it.extent) and paddable(stage, it.name)
+                    grid = vector_lengths(span or it.extent, limit, self.vector_lane_group, padded)
                     schemes = factorizations(it.extent, len(step.lengths), limit, (grid[int(rng.integers(len(grid)))],))
                     lengths = schemes[int(rng.integers(len(schemes)))]
                 step = replace(step, lengths=lengths)
@@ -383,9 +487,7 @@ class Vectorize(InitRule):
         return state
 
     def _good_length(self, stage) -> bool:
-        extent = vector_axis_extent(stage, self.vector_lane_group) if self.vector_lane_group else None
-        return not self.vector_lane_group or extent is None or \
-            good_vector_length(stage.iters[-1].extent, extent, self.vector_lane_group)
+        return not self.vector_lane_group or on_grid(stage, self.vector_lane_group)
 
 
 def cpu_init_rules() -> list[InitRule]:

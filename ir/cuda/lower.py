@@ -112,6 +112,8 @@ class GPULowering(Lowering):
     loop_kinds = {**LOOP_KIND, **{b: b for b in GPU_BINDINGS}}
     #: a branch around a block of a thread-bound loop would split the threads at a barrier
     partition_padding = False
+    #: a thread's tile keeps its guards (what runs past its region is untested on a GPU)
+    pad_local_tiles = False
 
     def __init__(self, state, hardware=None):
         if hardware is not None:

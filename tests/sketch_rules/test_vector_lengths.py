@@ -1,5 +1,6 @@
 """The CPU space's vector lengths: a vectorised tile of a channel axis is a multiple of the
-lane group (8 float32 lanes) where the channel count allows one, else a part of a register;
+lane group (8 float32 lanes) where the channel count allows one, else a part of a register,
+or a padded tile (16 or 32 lanes of 408) where the stage reads only weights along it;
 sampling draws only those, the tile-size mutation makes no program with more vector loops
 off that grid than its parent, and the programs still compute what numpy does."""
 import numpy as np
@@ -20,6 +21,23 @@ HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
 def test_vector_lengths_of_a_channel_count(extent, lengths):
     assert SR.vector_lengths(extent, 64) == lengths
     assert all(SR.good_vector_length(n, extent) == (n in lengths) for n in range(1, 65) if extent % n == 0)
+
+
+@pytest.mark.parametrize("extent, lengths", [(408, (1, 8, 16, 24, 32)), (116, (1, 2, 4, 8, 16, 24, 32)),
+                                             (256, (1, 8, 16, 32, 64)), (29, (1, 8, 16, 32)), (1000, (1, 8, 16, 24, 32, 40))])
+def test_padded_vector_lengths_of_a_channel_count(extent, lengths):
+    """Where the stage reads only weights along the axis, multiples of 8 lanes up to 32 that
+    pad it by at most an eighth; none on an axis of a multiple of 16 (every width is exact)."""
+    assert SR.vector_lengths(extent, 64, padded=True) == lengths
+    assert SR.good_vector_length(16, 408, padded=True) and not SR.good_vector_length(16, 408)
+    assert not SR.good_vector_length(48, 408, padded=True)     # past MAX_PADDED_LANES
+    assert not SR.good_vector_length(16, 20, padded=True)      # 32 for 20: 60 % more work
+
+
+def test_factorizations_of_a_padded_vector_tile_tile_its_tiles():
+    """16 lanes of 408 channels are 26 tiles: the other levels divide 26."""
+    assert set(SR.factorizations(408, 2, 64, (16,))) == {(1, 16), (2, 16), (13, 16), (26, 16)}
+    assert set(SR.factorizations(408, 1, 64, (16, 24))) == {(16,), (24,)}
 
 
 def test_vector_lengths_without_a_lane_group_are_every_divisor():
@@ -45,13 +63,18 @@ def vector_loops(state) -> list[tuple[int, int]]:
             if vector_axis_extent(st) is not None and st.iters[-1].annotation == "vectorize"]
 
 
-@pytest.mark.parametrize("channels, groups, drawn", [(408, 1, {1, 8, 24}), (408, 17, {1, 8, 24}),
-                                                     (116, 1, {1, 2, 4}), (256, 1, {1, 8, 16, 32, 64})])
-def test_sampling_draws_vector_lengths_on_the_lane_grid(channels, groups, drawn):
+@pytest.mark.parametrize("channels, groups, allowed", [(408, 1, {1, 8, 16, 24, 32}), (408, 17, {1, 8, 24}),
+                                                       (116, 1, {1, 2, 4, 8, 16, 24, 32}),
+                                                       (256, 1, {1, 8, 16, 32, 64})])
+def test_sampling_draws_vector_lengths_on_the_lane_grid(channels, groups, allowed):
+    """A 1x1 convolution's channels read only its weights: padded tiles too (16 and 32 lanes
+    of 408); a grouped one's read the image: its exact lengths only."""
     w, task = conv_task(channels, groups, 3 if groups > 1 else 1)
     programs = SR.sample_programs(task, SR.generate_sketches(task), 60, np.random.default_rng(0))
     lengths = {n for p in programs for n, extent in vector_loops(p) if extent == channels}
-    assert lengths == drawn
+    exact = set(SR.vector_lengths(channels, 64))
+    assert lengths <= allowed and len(lengths & exact) >= 2
+    assert (lengths - exact != set()) == (allowed != exact)
     assert sum(SR.off_grid_vector_loops(p) for p in programs) == 0
     for p in programs[:2]:
         check_computes(w, task, p)
@@ -129,3 +152,62 @@ def test_a_vector_across_groups_gathers_its_input():
         assert (_gathers(task, p) > 0) == gathers
         assert (SR.off_grid_vector_loops(p) > 0) == gathers
         check_computes(w, task, p)
+
+
+def padded_programs(channels: int, n: int = 60):
+    w, task = conv_task(channels)
+    programs = SR.sample_programs(task, SR.generate_sketches(task), n, np.random.default_rng(0))
+    return w, task, [p for p in programs if any(channels % length for length, extent in vector_loops(p)
+                                                if extent == channels)]
+
+
+def _local_updates_guarded(state) -> bool:
+    """Whether a vectorised store into a local (register) tile sits under a guard."""
+    from ir.loop_ir import For, IfThenElse, Store, children
+    todo = [ir.lower(state, layout_rewrite=True).body]
+    while todo:
+        s = todo.pop()
+        if isinstance(s, For) and s.kind == "vectorize" and isinstance(s.body, IfThenElse) \
+                and isinstance(s.body.then, Store) and s.body.then.buffer.scope == "local":
+            return True
+        todo.extend(children(s))
+    return False
+
+
+@pytest.mark.parametrize("channels", [408, 116])
+def test_padded_tiles_compute_their_lanes_unmasked_and_store_only_the_real_ones(channels):
+    w, task, padded = padded_programs(channels)
+    assert len(padded) >= 3
+    for p in padded[:3]:
+        assert not _local_updates_guarded(p)
+        check_computes(w, task, p)
+
+
+def test_a_padded_tile_keeps_its_guard_where_a_read_would_leave_its_tensor():
+    """Without the weights packed (no layout rewrite) the last tile's padded lanes would read
+    past the end of the weight matrix: the guard stays, and the program still computes."""
+    w, task, padded = padded_programs(408)
+    p = padded[0]
+    kernel = ir.build(task.dag, p, layout_rewrite=False)
+    assert "masked" in kernel.llvm_ir
+    inputs = w.random_inputs(np.random.default_rng(0))
+    outputs = w.output_buffers()
+    kernel(*inputs, *outputs)
+    for got, want in zip(outputs, w.reference(inputs)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_the_tile_size_mutation_keeps_padded_splits_tiling_cleanly():
+    """A padded split's factors move among its levels (16 lanes of 408 as 2 x 13 tiles, or
+    32 lanes as 13); a move that leaves neither an exact nor a padded split is no child."""
+    from evolution.genes import split_parts
+    w, task, padded = padded_programs(408)
+    rng = np.random.default_rng(3)
+    children = [c for _ in range(8) for p in padded if (c := mutate_tile_size(p, rng, 64, SR.VECTOR_LANE_GROUP))]
+    assert len(children) > 30
+    splits = [s for c in children for s in c.steps if isinstance(s, ir.steps.SplitStep)]
+    assert all(split_parts(s) is not None for s in splits)
+    assert any(s.extent == 408 and 408 % s.lengths[-1] for s in splits)
+    assert sum(SR.off_grid_vector_loops(c) for c in children) == 0
+    for c in children[:2]:
+        check_computes(w, task, c)
