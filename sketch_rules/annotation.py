@@ -256,7 +256,8 @@ class FillTileSize(InitRule):
     that follow them take their lengths from them on replay. With a ``vector_lane_group``
     (the CPU's), a split whose innermost part is its stage's last loop (what ``Vectorize``
     vectorises) takes an innermost length of ``vector_lengths`` only: a draw off that grid
-    is drawn again, the vector length first."""
+    is drawn again, the vector length first, padded lengths among them where the stage is
+    ``paddable`` along the axis."""
     name = "fill_tile_size"
 
     def __init__(self, vector_lane_group: int | None = None):
