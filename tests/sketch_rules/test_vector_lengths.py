@@ -211,3 +211,16 @@ def test_the_tile_size_mutation_keeps_padded_splits_tiling_cleanly():
     assert sum(SR.off_grid_vector_loops(c) for c in children) == 0
     for c in children[:2]:
         check_computes(w, task, c)
+
+
+@pytest.mark.parametrize("make, axis, paddable", [
+    (lambda: ops.workload("dense_chain", 4, 64, 1000), "ax1", True),                    # its weights only
+    (lambda: ops.workload("dense_chain", 4, 64, 1000, weight_constant=False), "ax1", False),
+    (lambda: ops.workload("depthwise_chain", 1, 8, 8, 408, 3, 1, 1), "ax3", False),     # the image too
+    (lambda: ops.workload("conv2d_chain", 1, 4, 4, 408, 408, 1), "ax1", False),          # rows of the image
+])
+def test_an_axis_is_paddable_where_the_stage_reads_only_weights_along_it(make, axis, paddable):
+    dag = ir.ComputeDAG(make().tensors)
+    anchor = max((st for st in dag.init_state().stages if not st.is_placeholder and st.body is not None
+                  and isinstance(st.body, ir.expr.Reduce)), key=lambda st: len(st.iters))
+    assert SR.annotation.paddable(anchor, axis) == paddable
