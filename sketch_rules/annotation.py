@@ -70,9 +70,10 @@ MAX_PADDED_SHARE = 1 / 8
 def padded_vector_length(length: int, extent: int, group: int = VECTOR_LANE_GROUP) -> bool:
     """Whether ``length`` lanes make a padded vector tile of an axis of ``extent``: a
     multiple of the lane ``group`` up to ``MAX_PADDED_LANES`` that does not divide the axis
-    and pads it by at most ``MAX_PADDED_SHARE``, on an axis of no multiple of ``WIDEST_LANES``. RegNet's 408 channels allow only 8 or 24
-    exact lanes, 24 being a zmm and a ymm, so a quarter of AVX-512's multiply-adds run at half
-    width; ShuffleNet's 116 allow 4. Where the stage reads only weights along the axis
+    and pads it by at most ``MAX_PADDED_SHARE``, on an axis of no multiple of
+    ``WIDEST_LANES``. RegNet's 408 channels allow only 8 or 24 exact lanes, 24 being a zmm
+    and a ymm, so a third of AVX-512's multiply-adds run at half width; ShuffleNet's 116
+    allow 4. Where the stage reads only weights along the axis
     (``paddable``), 16 or 32 lanes run past it for 2 % more work (``ir.lower`` drops the
     tile's guards)."""
     if length % group or length > MAX_PADDED_LANES or extent % length == 0 or extent % WIDEST_LANES == 0:
@@ -226,9 +227,9 @@ def _division_blocks(body: E.Expr, var) -> set[int]:
 
 
 def off_grid_vector_loops(state: ir.State, group: int = VECTOR_LANE_GROUP) -> int:
-    """How many vectorised loops of ``state`` tile an axis with a length that
-    ``good_vector_length`` rejects (the tile-size mutation makes no program with more of
-    them than its parent)."""
+    """How many vectorised loops of ``state`` tile an axis with a length the CPU space does
+    not allow (``on_grid``: ``good_vector_length``, or a padded tile of a ``paddable``
+    axis); the tile-size mutation makes no program with more of them than its parent."""
     return sum(1 for st in state.stages
                if not st.is_placeholder and st.iters and st.iters[-1].annotation == "vectorize"
                and not on_grid(st, group))

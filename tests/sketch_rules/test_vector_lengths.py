@@ -12,6 +12,7 @@ from autosched import ops
 from evolution import mutate_tile_size, mutate_tile_size_random_walk
 from sketch_rules.annotation import vector_axis_extent
 from tests.evolution.programs import check_computes
+from tests.ir.test_padded_tiles import local_updates_guarded
 
 HW = ir.HardwareParams(num_cores=2, vector_lanes=16)
 
@@ -161,25 +162,12 @@ def padded_programs(channels: int, n: int = 60):
                                                 if extent == channels)]
 
 
-def _local_updates_guarded(state) -> bool:
-    """Whether a vectorised store into a local (register) tile sits under a guard."""
-    from ir.loop_ir import For, IfThenElse, Store, children
-    todo = [ir.lower(state, layout_rewrite=True).body]
-    while todo:
-        s = todo.pop()
-        if isinstance(s, For) and s.kind == "vectorize" and isinstance(s.body, IfThenElse) \
-                and isinstance(s.body.then, Store) and s.body.then.buffer.scope == "local":
-            return True
-        todo.extend(children(s))
-    return False
-
-
 @pytest.mark.parametrize("channels", [408, 116])
 def test_padded_tiles_compute_their_lanes_unmasked_and_store_only_the_real_ones(channels):
     w, task, padded = padded_programs(channels)
     assert len(padded) >= 3
     for p in padded[:3]:
-        assert not _local_updates_guarded(p)
+        assert not local_updates_guarded(ir.lower(p, layout_rewrite=True).body)
         check_computes(w, task, p)
 
 
