@@ -165,23 +165,24 @@ class SketchPolicy:
     # search ------------------------------------------------------------------------------
     def sample_initial(self) -> list[ir.State]:
         """Fresh random programs: batches of ``population`` samples until at least
-        ``init_min_population`` unique ones (the target halves after 5 fruitless batches)."""
+        ``init_min_population`` unique ones, or fewer when a batch finds no new program
+        (the sketches hold fewer programs than that: ``sketch_rules.sample_programs`` stops
+        once its samples only repeat), or none after 5 batches without a valid sample."""
         with fewer_gc_passes():
             return self._sample_initial()
 
     def _sample_initial(self) -> list[ir.State]:
         p = self.params
         target, out, fruitless = p.init_min_population, {}, 0
-        while len(out) < target:
+        while len(out) < target and fruitless <= 5:
             before = len(out)
             for s in sketch_rules.sample_programs(self.task, self.sketches, max(target, min(p.population, 4 * target)),
                                                   self.rng, on_error=self.evolution.rejected.add):
                 out.setdefault(s.key, s)
-            fruitless = fruitless + 1 if len(out) == before else 0
-            if fruitless > 5:
-                if target <= 1:
+            if len(out) == before:
+                if out:   # the space is exhausted: what was found is all there is
                     break
-                target //= 2
+                fruitless += 1
         return list(out.values())
 
     def evolve(self, population: list[ir.State], out_size: int) -> list[ir.State]:

@@ -18,15 +18,20 @@ def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: 
     task's target's: "cpu", "gpu"); samples a
     rule rejects (``ir.InvalidStep``) are dropped. ``on_error(what, exception)``: called for
     a sample that raised anything else, which is then dropped too (without it, the
-    exception propagates)."""
+    exception propagates).
+
+    Sampling stops early once the space looks exhausted: ``exhausted_after(found)``
+    valid samples in a row repeated a program already found (a global pooling's space
+    holds a dozen programs; drawing thousands of samples to fill ``n`` cost seconds a
+    task). Samples a rule rejects do not count towards it; ``max_tries`` bounds them."""
     if not sketches:
         raise ValueError("sample_programs: no sketches to sample from")
     ctx = SketchContext(task, search_space(space or task))
     rules = init_rules if init_rules is not None else ctx.space.init_rules()
     out: dict[str, ir.State] = {}
-    tries = 0
+    tries = repeats = 0
     max_tries = max_tries if max_tries is not None else 20 * n + 50
-    while len(out) < n and tries < max_tries:
+    while len(out) < n and tries < max_tries and repeats < exhausted_after(len(out)):
         tries += 1
         state = sketches[int(rng.integers(len(sketches)))]
         rule = None
@@ -41,5 +46,14 @@ def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: 
                 raise
             on_error(f"sampling {getattr(rule, 'name', 'init rule')}", err)
             continue
+        repeats = repeats + 1 if key in out else 0
         out.setdefault(key, state)
     return list(out.values())
+
+
+def exhausted_after(found: int) -> int:
+    """How many valid samples in a row must repeat one of the ``found`` programs before
+    the space counts as exhausted: twice as many as were found, and at least 64. A program
+    left out then is a rare one (one that one sample in 64 draws escapes 64 draws with a
+    chance of 37 %), and it stays reachable by the search's mutations."""
+    return max(64, 2 * found)

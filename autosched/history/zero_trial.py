@@ -51,8 +51,9 @@ ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_populat
 #: a batch of one read at index 0 is elementwise; expensive math read once is inlined); 7: a
 #: reduction that the vector-inside-reduction sketch fits (NHWC global pooling over at least
 #: a vector of channels) gets that sketch alone (``sketch_rules.cpu_rules.VectorInsideReduction``);
-#: 8: padded vector tiles (16 or 32 lanes of 408 channels; ``sketch_rules.annotation.paddable``)
-SEARCH_VERSION = 8
+#: 8: padded vector tiles (16 or 32 lanes of 408 channels; ``sketch_rules.annotation.paddable``);
+#: 9: sampling stops once its samples only repeat (``sketch_rules.sampling.exhausted_after``)
+SEARCH_VERSION = 9
 #: how many of the search's best predicted programs the zero-trial choice ranks
 CANDIDATES = 16
 #: the kind of the records database's lines that remember zero-trial programs

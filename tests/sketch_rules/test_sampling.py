@@ -151,3 +151,47 @@ def test_an_elementwise_stage_never_vectorises_one_lane_where_longer_loops_exist
         out = np.empty_like(data)
         ir.build(dag, state)(data, out)
         np.testing.assert_array_equal(out, np.maximum(data, 0))
+
+
+class _CountingRule:
+    """An init rule that counts the samples drawn (it runs once per sample, first)."""
+
+    def __init__(self, rule):
+        self.rule, self.name, self.calls = rule, rule.name, 0
+
+    def apply(self, ctx, state, rng):
+        self.calls += 1
+        return self.rule.apply(ctx, state, rng)
+
+
+def _counted_sampling(task, n, seed=0):
+    sketches = SR.generate_sketches(task)
+    rules = list(SR.search_space(task).init_rules())
+    rules[0] = counter = _CountingRule(rules[0])
+    states = SR.sample_programs(task, sketches, n, np.random.default_rng(seed), init_rules=rules)
+    return states, counter.calls
+
+
+def test_sampling_stops_once_a_small_space_is_exhausted():
+    """A global pooling's space holds a few dozen programs: asking for 256 returns them all
+    after a few hundred draws, not the thousands ``max_tries`` allows."""
+    w = ops.workload("global_avg_pool2d", 1, 14, 14, 96, layout="NHWC")
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=ir.HardwareParams(num_cores=2, vector_lanes=16))
+    states, draws = _counted_sampling(task, 256)
+    found = {s.key for s in states}
+    assert 1 < len(found) < 256
+    assert draws < 20 * 256 // 4
+    trailing = SR.sampling.exhausted_after(len(found))
+    assert draws >= len(found) + trailing   # it stopped only after that many repeats in a row
+    # what it found is the space: another seed drawing until it too sees only repeats finds
+    # the same programs (at most one rare one more)
+    more, _ = _counted_sampling(task, 256, seed=1)
+    assert len({s.key for s in more} ^ found) <= 1
+
+
+def test_sampling_a_large_space_fills_the_request():
+    w = WORKLOADS["conv_layer"]()
+    task = ir.SearchTask(ir.ComputeDAG(w.tensors), hardware=ir.HardwareParams(num_cores=2, vector_lanes=16))
+    states, draws = _counted_sampling(task, 64)
+    assert len({s.key for s in states}) == 64
+    assert draws < 2 * 64
