@@ -303,7 +303,7 @@ SMOKE_SEARCH = SearchParams(population=24, generations=1, init_min_population=8,
 
 def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, dict]:
     """The zero-trial program of every task (by workload key) and the seconds each search
-    took (``params``: the search's, default ``autosched.history.zero_trial.ZERO_TRIAL_PARAMS``)."""
+    took (``params``: the search's, default each task's ``autosched.history.zero_trial.zero_trial_params``)."""
     states, seconds = {}, {}
     for k, w in enumerate(part.tasks):
         t0 = time.perf_counter()

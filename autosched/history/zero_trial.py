@@ -39,6 +39,13 @@ from .records import KIND, RECORD_VERSION, nested_tuples, replay_checked, steps_
 
 #: the short search: small population, few generations, one process a task
 ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_population=64, islands=1)
+#: tasks of fewer floating-point operations than this (a squeeze-excitation block's layers on
+#: pooled vectors, the classifier of a small model, poolings) get the shorter search below:
+#: on MobileNet-V3 such tasks are 19 of 53 and 8 % of the kernels' time, and took as long to
+#: search as the others
+SMALL_TASK_FLOPS = 1e6
+#: the search of a small task: a quarter of the population, two generations
+SMALL_TASK_PARAMS = SearchParams(population=64, generations=2, init_min_population=32, islands=1)
 #: the version of the zero-trial search: raise it when the search picks other programs for
 #: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again);
 #: 2: the shipped base model learnt the measured picks of its predecessor; 3: vector loops
@@ -60,6 +67,12 @@ CANDIDATES = 16
 ENTRY_KIND = "zero_trial"
 
 
+def zero_trial_params(task: ir.SearchTask) -> SearchParams:
+    """The zero-trial search of ``task``: ``SMALL_TASK_PARAMS`` under ``SMALL_TASK_FLOPS``,
+    else ``ZERO_TRIAL_PARAMS``."""
+    return SMALL_TASK_PARAMS if task.dag.flop_count() < SMALL_TASK_FLOPS else ZERO_TRIAL_PARAMS
+
+
 def zero_trial_program(task: ir.SearchTask, model, seed: int = 0, candidates=(),
                        params: SearchParams | None = None) -> ir.State:
     """The program of ``task`` that ``model`` ranks best among a short evolutionary search's
@@ -77,7 +90,7 @@ def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     (``sketch_rules.analysis.parallel_region_starts``) come after all others: the base
     model has no feature that counts regions and ranked such a program first, 6x slower
     than its runners-up."""
-    policy = SketchPolicy(task, model, params or ZERO_TRIAL_PARAMS, seed=seed)
+    policy = SketchPolicy(task, model, params or zero_trial_params(task), seed=seed)
     found = policy.evolve(policy.sample_initial(), max(CANDIDATES, top))
     distinct: dict[str, ir.State] = {}
     for state in found + [c for c in candidates if c is not None]:
@@ -175,19 +188,18 @@ class ZeroTrial:
     per workload and target as their steps (replayed on the DAG asked for): in this object,
     and in the records database ``records_db`` (a ``RecordsDB``, "default", a path, or
     None: see ``database.open_records_db``). ``workers``: processes the searches of many
-    tasks run in (None: one per core); ``params``: the search's (default
-    ``ZERO_TRIAL_PARAMS``). ``stats`` counts the programs ``remembered`` (the
+    tasks run in (None: one per core); ``params``: the search's (default: each task's
+    ``zero_trial_params``). ``stats`` counts the programs ``remembered`` (the
     database's, replayed), ``searched`` and ``failed``."""
 
     def __init__(self, model, seed: int = 0, records_db="default", workers: int | None = None,
-                 params: SearchParams = ZERO_TRIAL_PARAMS):
+                 params: SearchParams | None = None):
         self.model = model
         self.seed = seed
         self.params = params
         self.workers = workers or os.cpu_count() or 1
         self.db: RecordsDB | None = open_records_db(records_db)
         self._base_model = model_identity(model) if self.db is not None else None
-        self._search = search_identity(seed, params)
         self._steps: dict[tuple, tuple] = {}
         self.stats: Counter = Counter(remembered=0, searched=0, failed=0)
         #: workload key -> why its search failed (such tasks have no zero-trial program)
@@ -234,6 +246,10 @@ class ZeroTrial:
     def _ident(task) -> tuple:
         return task.workload_key, str(task.target)
 
+    def _search(self, task) -> str:
+        """The identity of ``task``'s search (``search_identity``)."""
+        return search_identity(self.seed, self.params or zero_trial_params(task))
+
     def _remembered(self, tasks) -> dict[tuple, tuple]:
         """The database's steps of ``tasks`` (the newest entry of each) that replay."""
         if self.db is None or self._base_model is None or not tasks:
@@ -242,7 +258,8 @@ class ZeroTrial:
         newest = {}
         for entry in self.db.read_entries(ENTRY_KIND, ZeroTrialEntry.from_dict, {t.workload_key for t in tasks}):
             ident = (entry.workload_key, entry.target)
-            if ident in by_ident and entry.base_model == self._base_model and entry.search == self._search:
+            if ident in by_ident and entry.base_model == self._base_model and \
+                    entry.search == self._search(by_ident[ident]):
                 newest[ident] = entry.steps
         out = {}
         for ident, steps in newest.items():
@@ -267,12 +284,12 @@ class ZeroTrial:
             self.stats["searched"] += 1
             out[self._ident(task)] = result
             if self._base_model is not None:
-                self.db.append([ZeroTrialEntry(task.workload_key, str(task.target), self._base_model, self._search,
-                                               result, task.desc, time.time())])
+                self.db.append([ZeroTrialEntry(task.workload_key, str(task.target), self._base_model,
+                                               self._search(task), result, task.desc, time.time())])
         return out
 
 
-def _search_all(tasks, model, seed: int, params: SearchParams, workers: int):
+def _search_all(tasks, model, seed: int, params: SearchParams | None, workers: int):
     """(task, its steps or the exception its search raised) of each of ``tasks``, in the
     order they finish: in this process for one worker, else in a ``WorkerPool``."""
     if workers <= 1:

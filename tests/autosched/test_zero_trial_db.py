@@ -60,6 +60,33 @@ def test_a_second_load_replays_the_remembered_programs(tmp_path, monkeypatch):
     assert _steps(again) == _steps(found)
 
 
+def test_small_tasks_get_the_short_search_under_its_own_identity(tmp_path, monkeypatch):
+    small, large = _task("GMM-1x16x16x16"), _task("GMM-1x128x128x128")
+    assert small.dag.flop_count() < Z.SMALL_TASK_FLOPS <= large.dag.flop_count()
+    assert Z.zero_trial_params(small) is Z.SMALL_TASK_PARAMS
+    assert Z.zero_trial_params(large) is Z.ZERO_TRIAL_PARAMS
+    assert Z.SMALL_TASK_PARAMS.population < Z.ZERO_TRIAL_PARAMS.population
+    searched = []
+    real = Z.ranked_programs
+
+    def spy(task, model, seed=0, candidates=(), params=None, top=1):
+        searched.append((task.desc, params or Z.zero_trial_params(task)))
+        return real(task, model, seed, candidates, params, top)
+    monkeypatch.setattr(Z, "ranked_programs", spy)
+    db = tmp_path / "db.jsonl"
+    Z.ZeroTrial(_model(), records_db=db, workers=1).programs([small, large])
+    assert dict(searched) == {small.desc: Z.SMALL_TASK_PARAMS, large.desc: Z.ZERO_TRIAL_PARAMS}
+    entries = {e["workload_key"]: e["search"] for e in map(json.loads, db.read_text().splitlines())}
+    assert entries == {small.workload_key: Z.search_identity(0, Z.SMALL_TASK_PARAMS),
+                       large.workload_key: Z.search_identity(0, Z.ZERO_TRIAL_PARAMS)}
+    # a ZeroTrial given its own search uses it for every task, and searches again
+    searched.clear()
+    given = Z.ZeroTrial(_model(), records_db=db, workers=1, params=Z.SMALL_TASK_PARAMS)
+    given.programs([small, large])
+    assert given.stats == {"remembered": 1, "searched": 1, "failed": 0}
+    assert searched == [(large.desc, Z.SMALL_TASK_PARAMS)]
+
+
 def test_another_base_model_or_target_searches_again(tmp_path):
     db = tmp_path / "db.jsonl"
     model = _model()
