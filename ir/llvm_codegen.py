@@ -397,13 +397,30 @@ class FunctionBuilder:
         inv = self.instr(f"xor {cond.full} {cond.ref}, {self.broadcast(Value('true', 'i1'), cond.lanes).ref}",
                          "i1", cond.lanes)
         false_mask = inv if outer is None else self.instr(f"and {inv.full} {inv.ref}, {outer.ref}", "i1", cond.lanes)
-        self.mask = true_mask
-        t = self.ev(e.t)
-        self.mask = false_mask
-        f = self.ev(e.f)
+        t = self.masked_branch(true_mask, e.t)
+        f = self.masked_branch(false_mask, e.f)
         self.mask = outer
-        t, f = self.broadcast(t, cond.lanes), self.broadcast(f, cond.lanes)
         return self.instr(f"select {cond.full} {cond.ref}, {t.full} {t.ref}, {t.full} {f.ref}", t.ty, t.lanes)
+
+    def masked_branch(self, mask: Value, branch: E.Expr) -> Value:
+        """``branch`` evaluated under ``mask`` as a vector of its lanes; a branch that loads
+        runs only when a lane of ``mask`` is set (else zeros, which no lane uses). A
+        concatenation of n tensors is a chain of n selects on the joined axis, and a vector
+        usually lies within one of them: evaluating every branch made each vector load from
+        all n inputs (DenseNet-121's 25-input concatenations ran at 9 GB/s against 107 for one)."""
+        self.mask = mask
+        if not any(isinstance(n, Load) for n in E.walk(branch)):
+            return self.broadcast(self.ev(branch), mask.lanes)
+        run_l, end_l = self.label("msel.run"), self.label("msel.end")
+        before = self.block
+        self.emit(f"br i1 {self.any_lane(mask).ref}, label %{run_l}, label %{end_l}")
+        self.start_block(run_l)
+        value = self.broadcast(self.ev(branch), mask.lanes)
+        ran = self.block
+        self.branch(end_l)
+        self.start_block(end_l)
+        return self.instr(f"phi {value.full} [{value.ref}, %{ran}], [zeroinitializer, %{before}]",
+                          value.ty, value.lanes)
 
     # memory ------------------------------------------------------------------------------
     def address(self, buf: Buffer, index: Value) -> Value:

@@ -90,10 +90,14 @@ def concat(xs, axis: int, name: str = "concat"):
     shape = (*xs[0].shape[:ax], starts[-1], *xs[0].shape[ax + 1:])
 
     def body(*i):
-        def part(k):
-            idx = (*i[:ax], i[ax] - starts[k] if starts[k] else i[ax], *i[ax + 1:])
-            return xs[k][idx] if k == len(xs) - 1 else ir.select(i[ax] < starts[k + 1], xs[k][idx], part(k + 1))
-        return part(0)
+        def part(lo, hi):
+            """The element from one of ``xs[lo:hi]``: a balanced tree of selects, so that an
+            element (or a vector, whose untaken side is skipped) takes log2(n) tests, not n."""
+            if hi - lo == 1:
+                return xs[lo][(*i[:ax], i[ax] - starts[lo] if starts[lo] else i[ax], *i[ax + 1:])]
+            mid = (lo + hi) // 2
+            return ir.select(i[ax] < starts[mid], part(lo, mid), part(mid, hi))
+        return part(0, len(xs))
 
     return ir.compute(shape, body, name=name, tag="injective")
 

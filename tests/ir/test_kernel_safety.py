@@ -278,3 +278,22 @@ def test_integer_division_by_zero_gives_numpy_results(dtype, vectorize):
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(q, a // b)
         np.testing.assert_array_equal(r, a % b)
+
+
+@pytest.mark.parametrize("channels", [(5, 16, 3, 32, 1, 17, 9), (32,) * 25])
+def test_a_vectorised_concatenation_loads_only_the_inputs_its_lanes_read(channels):
+    """A concatenation on its vectorised axis is a tree of masked selects: a vector whose
+    lanes all come from one input skips the others' loads (a branch on the mask), and a
+    vector that straddles two inputs still takes each lane from its own."""
+    from autosched.ops.transform import concat
+    xs = [ir.placeholder((3, 4, c), name=f"X{k}") for k, c in enumerate(channels)]
+    out = concat(xs, axis=-1)
+    dag = ir.ComputeDAG(xs + [out])
+    state = dag.init_state().split(out.op.name, 2, [16])   # the joined axis, 16 lanes a vector
+    state = state.vectorize(out.op.name, 3)
+    kernel = ir.build(dag, state)
+    assert "msel.run" in kernel.llvm_ir
+    arrays = [RNG.random(x.shape).astype("float32") for x in xs]
+    got = np.zeros(out.shape, dtype="float32")
+    kernel(*arrays, got)
+    np.testing.assert_array_equal(got, np.concatenate(arrays, axis=-1))
