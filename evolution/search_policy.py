@@ -174,7 +174,7 @@ class SketchPolicy:
     def _sample_initial(self) -> list[ir.State]:
         p = self.params
         target, out, fruitless = p.init_min_population, {}, 0
-        while len(out) < target and fruitless <= 5:
+        while len(out) < target and fruitless < 5:
             before = len(out)
             for s in sketch_rules.sample_programs(self.task, self.sketches, max(target, min(p.population, 4 * target)),
                                                   self.rng, on_error=self.evolution.rejected.add):

@@ -54,6 +54,6 @@ def sample_programs(task: ir.SearchTask, sketches: list[ir.State], n: int, rng: 
 def exhausted_after(found: int) -> int:
     """How many valid samples in a row must repeat one of the ``found`` programs before
     the space counts as exhausted: twice as many as were found, and at least 64. A program
-    left out then is a rare one (one that one sample in 64 draws escapes 64 draws with a
-    chance of 37 %), and it stays reachable by the search's mutations."""
+    left out then is a rare one (a program drawn once in 64 samples escapes 64 draws in a
+    row with a chance of 37 %), and it stays reachable by the search's mutations."""
     return max(64, 2 * found)
