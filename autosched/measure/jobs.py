@@ -185,6 +185,11 @@ class RunOptions:
     #: short repeats (``RETIRE_CONFIRM_S``) when its checked call and they all say so, else
     #: once its first repeat does (None: never)
     slow_single_repeat: float | None = 4.0
+    #: a program whose first repeat reads more than this many times the fastest of its task is
+    #: timed by that repeat alone (None: only past ``slow_single_repeat``): more repeats
+    #: refine the programs that could be the best, and the search needs only the rank of
+    #: the others
+    one_repeat_over_best: float | None = 1.5
     #: the fastest mean cost of the task the runner has had back so far (None: none yet);
     #: the job also knows the fastest its own process has timed
     fastest: float | None = None
@@ -293,6 +298,8 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         if min(confirm) > slow:
             return _timed(opts, confirm, calls, kernel_time, ref is not None, t0)
     costs, number = [], max(1, opts.number)
+    ratios = [r for r in (opts.slow_single_repeat, opts.one_repeat_over_best) if r]
+    one_repeat = min(ratios) * fastest if fastest and ratios else float("inf")
     if opts.min_repeat_ms > 0:
         number, probe_time, last_probe = calibrate(run, number, opts.min_repeat_ms * 1e-3)
         kernel_time += probe_time
@@ -303,7 +310,7 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
             break
         if costs and sum(costs) * number >= opts.max_timing_s:
             break
-        if costs and costs[0] > slow:
+        if costs and costs[0] > one_repeat:
             break
         if opts.cache_flush:
             flush_cpu_cache()

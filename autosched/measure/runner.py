@@ -40,8 +40,10 @@ class LocalRunner:
     to know it is slow, not by how much to the last percent). For the same reason a program
     ``slow_single_repeat`` times slower than the fastest program of its task timed so far
     (None: never) is retired early: at once when the checked call and up to three short
-    repeats of warm calls (5 ms each, or one call) all say so, its cost those repeats; else
-    after its first repeat.
+    repeats of warm calls (5 ms each, or one call) all say so, its cost those repeats. A
+    program whose first repeat reads more than ``one_repeat_over_best`` (1.5) times that
+    fastest is timed by that repeat alone (None: only past ``slow_single_repeat``): repeats
+    refine the programs that may be the best; of the others the search needs the rank.
 
     Verification (on by default): before timing, the program runs once on random inputs
     (seed ``verify_seed``) and its outputs are compared with the naive program's, within a
@@ -62,7 +64,8 @@ class LocalRunner:
                  adaptive: bool = True, cv_threshold: float = 0.05, min_repeats: int = 3,
                  verify: bool = True, verify_seed: int = DEFAULT_SEED, reference_timeout: float = 300.0,
                  n_parallel: int = 1, executor: Executor | None = None, max_timing_s: float = 1.0,
-                 slow_single_repeat: float | None = 4.0, memory_limit: int | None | str = "auto"):
+                 slow_single_repeat: float | None = 4.0, one_repeat_over_best: float | None = 1.5,
+                 memory_limit: int | None | str = "auto"):
         flush, cold = bool(enable_cpu_cache_flush), bool(cold_constants)
         min_repeat_ms = (0.0 if flush or cold else 40.0) if min_repeat_ms is None else min_repeat_ms
         if cold and min_repeat_ms > 0:
@@ -78,12 +81,15 @@ class LocalRunner:
             raise ValueError(f"timeout must be positive seconds (or None), got {timeout!r}")
         if slow_single_repeat is not None and slow_single_repeat < 1:
             raise ValueError(f"slow_single_repeat must be >= 1 (or None), got {slow_single_repeat!r}")
+        if one_repeat_over_best is not None and one_repeat_over_best < 1:
+            raise ValueError(f"one_repeat_over_best must be >= 1 (or None), got {one_repeat_over_best!r}")
         self.timeout = timeout
         self.reference_timeout = reference_timeout
         self.options = RunOptions(number=number, repeat=repeat, min_repeat_ms=float(min_repeat_ms),
                                   cache_flush=flush, cold_constants=cold, adaptive=bool(adaptive), cv_threshold=float(cv_threshold),
                                   min_repeats=min_repeats, verify=bool(verify), seed=verify_seed,
-                                  max_timing_s=float(max_timing_s), slow_single_repeat=slow_single_repeat)
+                                  max_timing_s=float(max_timing_s), slow_single_repeat=slow_single_repeat,
+                                  one_repeat_over_best=one_repeat_over_best)
         self.n_parallel = n_parallel
         self.memory_limit = memory_limit
         self._own = executor is None

@@ -38,7 +38,7 @@ def client():
 
 
 def measure_on(client, inputs, **runner_options):
-    options = dict(timeout=5, min_repeat_ms=2, repeat=5, slow_single_repeat=None)
+    options = dict(timeout=5, min_repeat_ms=2, repeat=5, slow_single_repeat=None, one_repeat_over_best=None)
     options.update(runner_options)
     with DaskBuilder(client, timeout=5) as builder, DaskRunner(client, **options) as runner:
         return runner.run(inputs, builder.build(inputs))

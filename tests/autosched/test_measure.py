@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import math
 import os
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -54,7 +55,8 @@ def builder():
 
 @pytest.fixture(scope="module")
 def runner():
-    r = LocalRunner(timeout=3, min_repeat_ms=2, repeat=5, slow_single_repeat=None)  # every good one: >= 3 repeats
+    r = LocalRunner(timeout=3, min_repeat_ms=2, repeat=5, slow_single_repeat=None,
+                    one_repeat_over_best=None)  # every good one: >= 3 repeats
     yield r
     r.close()
 
@@ -227,7 +229,7 @@ def test_a_program_far_slower_than_the_fastest_so_far_is_timed_once(task, states
     try:
         jobs._fastest[key] = 1e-9
         assert run()["repeats"] == 3  # the short repeats that confirm it is hopeless
-        assert run(slow_single_repeat=None)["repeats"] == 6
+        assert run(slow_single_repeat=None, one_repeat_over_best=None)["repeats"] == 6
         jobs._fastest[key] = 1.0
         res = run()
         assert res["repeats"] == 6 and jobs._fastest[key] == pytest.approx(sum(res["costs"]) / 6)
@@ -266,13 +268,44 @@ def test_a_hopeless_program_is_retired_after_its_checked_call_and_one_warm_call(
         normal = run()  # nothing known: timed in full; the worker remembers it
         assert normal["repeats"] == 6 and normal["number"] > 1
         fastest = jobs._fastest[key]
-        cold = run(Fault("run:sleep:0.05"), fastest=fastest)  # a slow checked call, then fast calls
-        assert cold["repeats"] == 6 and cold["number"] > 1
-        assert run(fastest=1e-7, slow_single_repeat=None)["repeats"] == 6
+        cold = run(Fault("run:sleep:0.05"), fastest=fastest, one_repeat_over_best=None)  # a slow checked call,
+        assert cold["repeats"] == 6 and cold["number"] > 1                                 # then fast calls
+        assert run(fastest=1e-7, slow_single_repeat=None, one_repeat_over_best=None)["repeats"] == 6
     finally:
         jobs._fastest.clear()
         jobs._fastest.update(saved)
 
+
+def test_a_program_well_behind_the_best_is_timed_by_its_first_repeat_alone(task, states, builder):
+    """Repeats refine the programs that may be the best: one whose first repeat reads more
+    than ``one_repeat_over_best`` times the fastest of its task (but is not hopeless) stops
+    there; near the best, or with the option off, it gets every repeat."""
+    from autosched.measure import jobs
+    from autosched.measure.executors import task_payload
+    (build,) = builder.build([MeasureInput(task, states[1])])
+    key, payload = task_payload(task)
+    opts = jobs.RunOptions(min_repeat_ms=20, repeat=5, adaptive=False, verify=False, max_timing_s=100)
+
+    def run(**changes):
+        res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
+                           dataclasses.replace(opts, **changes), None)
+        assert res["error_no"] == 0, res["error_msg"]
+        return res
+    saved = dict(jobs._fastest)
+    try:
+        jobs._fastest.clear()
+        own = statistics.fmean(run()["costs"])   # its own speed (nothing known: 5 repeats)
+        jobs._fastest.clear()
+        behind = run(fastest=own / 3)           # 3x the best: past 1.5, short of hopeless (4)
+        assert behind["repeats"] == len(behind["costs"]) == 1 and behind["number"] > 1
+        assert run(fastest=own / 3, one_repeat_over_best=None)["repeats"] == 5
+        jobs._fastest.clear()
+        assert run(fastest=own * 2)["repeats"] == 5  # it would be the best: every repeat
+    finally:
+        jobs._fastest.clear()
+        jobs._fastest.update(saved)
+    with pytest.raises(ValueError, match="one_repeat_over_best"):
+        LocalRunner(one_repeat_over_best=0.9)
 
 def test_programs_of_another_cpu_are_neither_built_nor_timed_here(task, states, builder, runner):
     """A task names the CPU it targets; a build or a run on a machine of another CPU (a
