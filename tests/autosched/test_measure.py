@@ -210,100 +210,82 @@ def test_slow_programs_are_timed_in_few_calls(task, states, builder):
         LocalRunner(max_timing_s=-1)
 
 
-def test_a_program_far_slower_than_the_fastest_so_far_is_timed_once(task, states, builder):
-    """Run here, in this process, so that the worker's memory of the fastest program can
-    be set: 1 ns makes any program hopeless; a slower record is replaced by this one."""
+@pytest.fixture
+def run_here(task, states, builder):
+    """Jobs of one program run here, in this process, so that the worker's memory of the
+    fastest program of its task (``jobs._fastest``, restored afterwards) can be set:
+    ``run_here(**options)`` gives ``run(hook=None, **changes)``, which times the program
+    under those ``RunOptions`` (unverified, fixed repeats) with ``changes`` and returns the
+    job's answer, and the task's key."""
     from autosched.measure import jobs
     from autosched.measure.executors import task_payload
-    inputs = [MeasureInput(task, states[1])]
-    (build,) = builder.build(inputs)
+    (build,) = builder.build([MeasureInput(task, states[1])])
     key, payload = task_payload(task)
-    opts = jobs.RunOptions(min_repeat_ms=0.01, repeat=6, adaptive=False, verify=False, max_timing_s=100)
-
-    def run(**changes):
-        res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
-                           dataclasses.replace(opts, **changes), None)
-        assert res["error_no"] == 0, res["error_msg"]
-        return res
     saved = dict(jobs._fastest)
-    try:
-        jobs._fastest[key] = 1e-9
-        assert run()["repeats"] == 3  # the short repeats that confirm it is hopeless
-        assert run(slow_single_repeat=None, one_repeat_over_best=None)["repeats"] == 6
-        jobs._fastest[key] = 1.0
-        res = run()
-        assert res["repeats"] == 6 and jobs._fastest[key] == pytest.approx(sum(res["costs"]) / 6)
-    finally:
-        jobs._fastest.clear()
-        jobs._fastest.update(saved)
+
+    def make(**options):
+        opts = jobs.RunOptions(adaptive=False, verify=False, max_timing_s=100, **options)
+
+        def run(hook=None, **changes):
+            res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
+                               dataclasses.replace(opts, **changes), None, hook)
+            assert res["error_no"] == 0, res["error_msg"]
+            return res
+        return run, key
+    yield make
+    jobs._fastest.clear()
+    jobs._fastest.update(saved)
+
+
+def test_a_program_far_slower_than_the_fastest_so_far_is_timed_once(run_here):
+    """1 ns makes any program hopeless; a slower record is replaced by this one."""
+    from autosched.measure import jobs
+    run, key = run_here(min_repeat_ms=0.01, repeat=6)
+    jobs._fastest[key] = 1e-9
+    assert run()["repeats"] == 3  # the short repeats that confirm it is hopeless
+    assert run(slow_single_repeat=None, one_repeat_over_best=None)["repeats"] == 6
+    jobs._fastest[key] = 1.0
+    res = run()
+    assert res["repeats"] == 6 and jobs._fastest[key] == pytest.approx(sum(res["costs"]) / 6)
     with pytest.raises(ValueError, match="slow_single_repeat"):
         LocalRunner(slow_single_repeat=0.5)
 
 
-def test_a_hopeless_program_is_retired_after_its_checked_call_and_one_warm_call(task, states, builder):
+def test_a_hopeless_program_is_retired_after_its_checked_call_and_one_warm_call(run_here):
     """The fastest so far comes from the runner (``RunOptions.fastest``) or the worker's own
     memory; a program whose checked call and short repeats of warm calls are all
     ``slow_single_repeat`` times slower is timed by those repeats, before any calibration;
     a first call that was slow only once (cold) does not retire a fast program."""
     from autosched.measure import jobs
-    from autosched.measure.executors import task_payload
-    inputs = [MeasureInput(task, states[1])]
-    (build,) = builder.build(inputs)
-    key, payload = task_payload(task)
-    opts = jobs.RunOptions(min_repeat_ms=50, repeat=6, adaptive=False, verify=False, max_timing_s=100)
-
-    def run(hook=None, **changes):
-        res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
-                           dataclasses.replace(opts, **changes), None, hook)
-        assert res["error_no"] == 0, res["error_msg"]
-        return res
-    saved = dict(jobs._fastest)
-    try:
-        jobs._fastest.clear()
-        retired = run(fastest=1e-7)  # 0.4 us: hopeless for a 32^3 matmul (~3 us); 3 x ~5 ms confirm it
-        assert retired["repeats"] == len(retired["costs"]) == 3 and retired["number"] >= 1
-        assert retired["kernel_time"] < 0.045  # no 50 ms repeats
-        assert retired["costs"][0] > 4e-7 and retired["saved_repeats"] == 0
-        assert key not in jobs._fastest  # a retired program is never the fastest
-        normal = run()  # nothing known: timed in full; the worker remembers it
-        assert normal["repeats"] == 6 and normal["number"] > 1
-        fastest = jobs._fastest[key]
-        cold = run(Fault("run:sleep:0.05"), fastest=fastest, one_repeat_over_best=None)  # a slow checked call,
-        assert cold["repeats"] == 6 and cold["number"] > 1                                 # then fast calls
-        assert run(fastest=1e-7, slow_single_repeat=None, one_repeat_over_best=None)["repeats"] == 6
-    finally:
-        jobs._fastest.clear()
-        jobs._fastest.update(saved)
+    run, key = run_here(min_repeat_ms=50, repeat=6)
+    jobs._fastest.clear()
+    retired = run(fastest=1e-7)  # 0.4 us: hopeless for a 32^3 matmul (~3 us); 3 x ~5 ms confirm it
+    assert retired["repeats"] == len(retired["costs"]) == 3 and retired["number"] >= 1
+    assert retired["kernel_time"] < 0.045  # no 50 ms repeats
+    assert retired["costs"][0] > 4e-7 and retired["saved_repeats"] == 0
+    assert key not in jobs._fastest  # a retired program is never the fastest
+    normal = run()  # nothing known: timed in full; the worker remembers it
+    assert normal["repeats"] == 6 and normal["number"] > 1
+    fastest = jobs._fastest[key]
+    cold = run(Fault("run:sleep:0.05"), fastest=fastest, one_repeat_over_best=None)  # a slow checked call,
+    assert cold["repeats"] == 6 and cold["number"] > 1                                 # then fast calls
+    assert run(fastest=1e-7, slow_single_repeat=None, one_repeat_over_best=None)["repeats"] == 6
 
 
-def test_a_program_well_behind_the_best_is_timed_by_its_first_repeat_alone(task, states, builder):
+def test_a_program_well_behind_the_best_is_timed_by_its_first_repeat_alone(run_here):
     """Repeats refine the programs that may be the best: one whose first repeat reads more
     than ``one_repeat_over_best`` times the fastest of its task (but is not hopeless) stops
     there; near the best, or with the option off, it gets every repeat."""
     from autosched.measure import jobs
-    from autosched.measure.executors import task_payload
-    (build,) = builder.build([MeasureInput(task, states[1])])
-    key, payload = task_payload(task)
-    opts = jobs.RunOptions(min_repeat_ms=20, repeat=5, adaptive=False, verify=False, max_timing_s=100)
-
-    def run(**changes):
-        res = jobs.run_job(key, payload, build.object, build.name, build.layouts,
-                           dataclasses.replace(opts, **changes), None)
-        assert res["error_no"] == 0, res["error_msg"]
-        return res
-    saved = dict(jobs._fastest)
-    try:
-        jobs._fastest.clear()
-        own = statistics.fmean(run()["costs"])   # its own speed (nothing known: 5 repeats)
-        jobs._fastest.clear()
-        behind = run(fastest=own / 3)           # 3x the best: past 1.5, short of hopeless (4)
-        assert behind["repeats"] == len(behind["costs"]) == 1 and behind["number"] > 1
-        assert run(fastest=own / 3, one_repeat_over_best=None)["repeats"] == 5
-        jobs._fastest.clear()
-        assert run(fastest=own * 2)["repeats"] == 5  # it would be the best: every repeat
-    finally:
-        jobs._fastest.clear()
-        jobs._fastest.update(saved)
+    run, _ = run_here(min_repeat_ms=20, repeat=5)
+    jobs._fastest.clear()
+    own = statistics.fmean(run()["costs"])   # its own speed (nothing known: 5 repeats)
+    jobs._fastest.clear()
+    behind = run(fastest=own / 3)           # 3x the best: past 1.5, short of hopeless (4)
+    assert behind["repeats"] == len(behind["costs"]) == 1 and behind["number"] > 1
+    assert run(fastest=own / 3, one_repeat_over_best=None)["repeats"] == 5
+    jobs._fastest.clear()
+    assert run(fastest=own * 2)["repeats"] == 5  # it would be the best: every repeat
     with pytest.raises(ValueError, match="one_repeat_over_best"):
         LocalRunner(one_repeat_over_best=0.9)
 
