@@ -185,10 +185,10 @@ class RunOptions:
     #: short repeats (``RETIRE_CONFIRM_S``) when its checked call and they all say so, else
     #: once its first repeat does (None: never)
     slow_single_repeat: float | None = 4.0
-    #: a program whose first repeat reads more than this many times the fastest of its task is
-    #: timed by that repeat alone (None: only past ``slow_single_repeat``): more repeats
-    #: refine the programs that could be the best, and the search needs only the rank of
-    #: the others
+    #: a program whose first repeat (of ``min_repeat_ms``: not a single call) reads more than
+    #: this many times the fastest of its task is timed by that repeat alone (None: only
+    #: past ``slow_single_repeat``): more repeats refine the programs that could be the
+    #: best, and the search needs only the rank of the others
     one_repeat_over_best: float | None = 1.5
     #: the fastest mean cost of the task the runner has had back so far (None: none yet);
     #: the job also knows the fastest its own process has timed
@@ -298,7 +298,9 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
         if min(confirm) > slow:
             return _timed(opts, confirm, calls, kernel_time, ref is not None, t0)
     costs, number = [], max(1, opts.number)
-    ratios = [r for r in (opts.slow_single_repeat, opts.one_repeat_over_best) if r]
+    # (a repeat of one cold call is too noisy to judge by: only calibrated repeats count)
+    near = opts.one_repeat_over_best if opts.min_repeat_ms > 0 else None
+    ratios = [r for r in (opts.slow_single_repeat, near) if r]
     one_repeat = min(ratios) * fastest if fastest and ratios else float("inf")
     if opts.min_repeat_ms > 0:
         number, probe_time, last_probe = calibrate(run, number, opts.min_repeat_ms * 1e-3)

@@ -44,6 +44,8 @@ class LocalRunner:
     program whose first repeat reads more than ``one_repeat_over_best`` (1.5) times that
     fastest is timed by that repeat alone (None: only past ``slow_single_repeat``): repeats
     refine the programs that may be the best; of the others the search needs the rank.
+    Only a calibrated repeat (``min_repeat_ms`` of calls) counts so: one cold call is too
+    noisy to judge by.
 
     Verification (on by default): before timing, the program runs once on random inputs
     (seed ``verify_seed``) and its outputs are compared with the naive program's, within a

@@ -286,6 +286,9 @@ def test_a_program_well_behind_the_best_is_timed_by_its_first_repeat_alone(run_h
     assert run(fastest=own / 3, one_repeat_over_best=None)["repeats"] == 5
     jobs._fastest.clear()
     assert run(fastest=own * 2)["repeats"] == 5  # it would be the best: every repeat
+    # a repeat of one call (as cold timing makes) is too noisy to stop on; a calibrated one is not
+    assert run(fastest=own / 3, min_repeat_ms=0, slow_single_repeat=None)["repeats"] == 5
+    assert run(fastest=own / 3, slow_single_repeat=None)["repeats"] == 1
     with pytest.raises(ValueError, match="one_repeat_over_best"):
         LocalRunner(one_repeat_over_best=0.9)
 
