@@ -113,33 +113,55 @@ def vector_lengths(extent: int, max_innermost: int, group: int = VECTOR_LANE_GRO
     return tuple(sorted(exact + pads))
 
 
+def padded_extent(extent: int, group: int = VECTOR_LANE_GROUP) -> int:
+    """How far the widest padded vector tile of an axis of ``extent`` runs
+    (``padded_vector_length``): 197 tokens -> 216 (9 tiles of 24 lanes); ``extent`` where
+    the axis has no padded tile. A run-time tensor this wide along the axis may be read by a
+    padded tile (``paddable``): ``autosched.graph.passes`` makes a key matrix's transposed
+    copy so."""
+    lengths = [n for n in range(group, MAX_PADDED_LANES + 1, group) if padded_vector_length(n, extent, group)]
+    return max((-(-extent // n) * n for n in lengths), default=extent)
+
+
 def paddable(stage, axis: str) -> bool:
     """Whether a vector tile of space axis ``axis`` of ``stage`` may run past the axis's end
     (``padded_vector_length``): every tensor the stage reads along the axis is a constant
-    input (a weight, which layout rewrite packs with zeros past its end), so the padded
-    lanes read no other data and ``ir.lower`` computes them in the stage's local tile
-    without masks. A 1x1 convolution's output channels read only its weights; a depthwise
-    one's read the image too."""
+    input (a weight, which layout rewrite packs with zeros past its end) or a tensor that
+    the axis indexes alone in a dimension ``padded_extent`` long (a key matrix's padded
+    transposed copy), so the padded lanes read no other data and ``ir.lower`` computes them
+    in the stage's local tile without masks. A 1x1 convolution's output channels read only
+    its weights; a depthwise one's read the image too."""
     if stage.is_placeholder or stage.body is None:
         return False
-    var = next((v for v in stage.axes if v.name == axis), None)
-    if var is None:
+    found = next(((d, v) for d, v in enumerate(stage.axes) if v.name == axis), None)
+    if found is None:
         return False
+    d, var = found
     key = (id(stage.body), id(var))
     hit = _PADDABLE.get(key)
     if hit is not None and hit[0] is stage.body:
         return hit[1]
+    wide = padded_extent(int(stage.op.shape[d]))
     ok = True
     for node in E.walk(stage.body):
         if isinstance(node, E.TensorRead) and any(v is var for i in node.indices for v in E.free_vars(i)):
-            op = node.tensor.op
-            if not (isinstance(op, ir.PlaceholderOp) and op.constant):
+            if not _reads_padded(node, var, wide):
                 ok = False
                 break
     if len(_PADDABLE) >= 4096:
         _PADDABLE.clear()
     _PADDABLE[key] = (stage.body, ok)
     return ok
+
+
+def _reads_padded(read: E.TensorRead, var, wide: int) -> bool:
+    """Whether ``read`` stays in its tensor when ``var`` runs to ``wide``: a constant input
+    (packed with zeros past its end), or ``var`` alone indexing a dimension that long."""
+    op = read.tensor.op
+    if isinstance(op, ir.PlaceholderOp) and op.constant:
+        return True
+    moved = [d for d, i in enumerate(read.indices) if any(v is var for v in E.free_vars(i))]
+    return len(moved) == 1 and read.indices[moved[0]] is var and int(read.tensor.shape[moved[0]]) >= wide
 
 
 #: (id(body), id(var)) -> (body, paddable): bodies are shared by the States of a task
@@ -256,9 +278,10 @@ class FillTileSize(InitRule):
     the loop's extent (innermost length at most ``max_innermost_split_factor``); splits
     that follow them take their lengths from them on replay. With a ``vector_lane_group``
     (the CPU's), a split whose innermost part is its stage's last loop (what ``Vectorize``
-    vectorises) takes an innermost length of ``vector_lengths`` only: a draw off that grid
-    is drawn again, the vector length first, padded lengths among them where the stage is
-    ``paddable`` along the axis."""
+    vectorises) takes an innermost length of ``vector_lengths`` only: a draw off that grid,
+    or any draw over a ``paddable`` axis with no exact vector (a prime), is drawn again, the
+    vector length first, padded lengths among them where the stage is ``paddable`` along
+    the axis."""
     name = "fill_tile_size"
 
     def __init__(self, vector_lane_group: int | None = None):
@@ -276,11 +299,13 @@ class FillTileSize(InitRule):
                 lengths = schemes[int(rng.integers(len(schemes)))]
                 vectorised = (stage.name, f"{it.name}.{len(step.lengths)}") in vector_loops and step.inner_to_outer
                 span = lane_span(stage, it.name, self.vector_lane_group) if vectorised else None
-                if vectorised and not good_vector_length(lengths[-1], span or it.extent, self.vector_lane_group):
-                    # an odd width drawn (17 lanes of 408): the vector length again, uniformly
-                    # on the grid (by scheme, 1 lane would dominate: 408 = 8 x 51 has 45
-                    # schemes ending in 1 and 4 ending in 24); on-grid draws keep the
-                    # schemes' own distribution, which the base model's picks were tuned on
+                if vectorised and (not good_vector_length(lengths[-1], span or it.extent, self.vector_lane_group)
+                                   or self._only_padded_vectors(stage, it, span, limit)):
+                    # an odd width drawn (17 lanes of 408), or an axis whose only vectors are
+                    # padded (197 tokens): the vector length again, uniformly on the grid (by
+                    # scheme, 1 lane would dominate: 408 = 8 x 51 has 45 schemes ending in 1
+                    # and 4 ending in 24); on-grid draws keep the schemes' own distribution,
+                    # which the base model's picks were tuned on
                     padded = span in (None, it.extent) and paddable(stage, it.name)
                     grid = vector_lengths(span or it.extent, limit, self.vector_lane_group, padded)
                     schemes = factorizations(it.extent, len(step.lengths), limit, (grid[int(rng.integers(len(grid)))],))
@@ -288,6 +313,14 @@ class FillTileSize(InitRule):
                 step = replace(step, lengths=lengths)
             current = current.apply(step)
         return current
+
+    def _only_padded_vectors(self, stage, it, span: int | None, limit: int) -> bool:
+        """Whether the axis of loop ``it`` has no exact vector tile but padded ones (a prime
+        extent, ``paddable``): there a draw of 1 lane is drawn again on the padded grid."""
+        extent = span or it.extent
+        return (vector_lengths(extent, limit, self.vector_lane_group) == (1,) and span in (None, it.extent)
+                and len(vector_lengths(extent, limit, self.vector_lane_group, True)) > 1
+                and paddable(stage, it.name))
 
     def _vector_loops(self, sketch: ir.State) -> set[tuple[str, str]]:
         """(stage, loop) names of the sketch's last loops that tile a space axis and that

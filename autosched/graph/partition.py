@@ -2,8 +2,9 @@
 
 Before fusing, the graph passes fold batch norms into their convolutions, move reshapes after
 the elementwise operators that read them and make GELU written as a chain of operators one
-operator (``passes.sink_reshapes``, ``passes.recognise_activations``), then compute the
-qualifying 3x3 convolutions by Winograd's algorithm.
+operator (``passes.sink_reshapes``, ``passes.recognise_activations``), make products read a
+transposed copy of a run-time operand they read transposed (``passes.copy_transposed_operands``),
+then compute the qualifying 3x3 convolutions by Winograd's algorithm.
 
 The fusion rules follow Relay's FuseOps (patterns in ``ops.registry``), walking the nodes in
 topological order; a node joins a producer's group only when that producer is the group's
@@ -16,7 +17,10 @@ output and has no other consumer (so every group has one output and the groups f
    one kernel;
 3. a reduction (softmax, layer norm, pooling) starts a group and takes in the
    elementwise/injective groups that feed only it (e.g. the residual add before a layer norm);
-4. where a node's consumers are several elementwise/broadcast nodes whose paths all meet
+4. a node marked ``STARTS_KERNEL`` (the transposed copy that ``passes.copy_transposed_operands``
+   makes) joins no producer's group: it reads its source as stored, where joined to the
+   chain that made it, it would recompute that chain's index arithmetic per element;
+5. where a node's consumers are several elementwise/broadcast nodes whose paths all meet
    again (a diamond, ``passes.elementwise_diamonds``: x·sigmoid(x); GELU unless recognised),
    the nodes of those paths up to where they meet join the node's group (an anchor's or an
    elementwise one's), as Relay fuses up to the post-dominator.
@@ -39,7 +43,7 @@ import ir
 from ir.dtype import itemsize
 from .graph import Graph, Node
 from ..ops.registry import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, PATTERN_NAMES, REDUCE, opdef
-from .passes import elementwise_diamonds
+from .passes import STARTS_KERNEL, copy_transposed_operands, elementwise_diamonds
 from .passes import fold_batch_norm as _fold_batch_norm
 from .passes import recognise_activations as _recognise_activations
 from .passes import sink_reshapes as _sink_reshapes
@@ -179,7 +183,7 @@ def _fuse_groups(graph: Graph) -> list[list[Node]]:
         source = diamond_of.get(id(n))
         if source is not None and group_of[id(source)]["pattern"] in (ELEMWISE, BROADCAST, INJECTIVE, ANCHOR):
             joined = group_of[id(source)]
-        elif pat <= INJECTIVE:
+        elif pat <= INJECTIVE and not n.attrs.get(STARTS_KERNEL):
             # an anchor's group first: its epilogue saves a pass over memory, a reshape's group a view
             for p in sorted(producers, key=lambda p: group_of[id(p)]["pattern"] != ANCHOR):
                 g = group_of.get(id(p))
@@ -248,7 +252,7 @@ def partition(graph: Graph, fold_batch_norm: bool = True, include_simple_tasks: 
                          "one set of shapes (from_onnx(path, input_shapes={...})), or run it through "
                          "model.executor(), which imports it per shape")
     runnable = _fold_batch_norm(graph) if fold_batch_norm else graph
-    runnable = _recognise_activations(_sink_reshapes(runnable))
+    runnable = copy_transposed_operands(_recognise_activations(_sink_reshapes(runnable)))
     runnable = _use_winograd(runnable) if winograd else runnable
     subgraphs, workloads, by_key = [], [], {}
     for nodes, pattern in _fuse_groups(runnable):

@@ -31,6 +31,17 @@ operator the activation is the epilogue of the dense layer before it, computed i
 tiles with vector math; as a chain its expensive call (erf, tanh) is a stage of its own
 that the dense layer's program cannot compute inside its tiles.
 
+``copy_transposed_operands``: a product whose second operand is computed at run time and
+read transposed (attention's Q·Kᵀ, the key matrix stored as it was made, tokens by
+features) reads a transposed copy instead, made by a kernel of its own (``STARTS_KERNEL``) from
+the key matrix as stored: the product's
+vector loop then runs along the copy's rows (tokens) and loads them whole, where it read
+each key's features along the reduction one scalar at a time. Where the token count has
+no whole vector tile (ViT's 197, a prime), the copy's rows run on to
+``sketch_rules.annotation.padded_extent`` (216) in zeros and the product computes only
+the real columns (``columns``), so its vector tiles may run past the end
+(``sketch_rules.annotation.paddable``) instead of falling back to scalar code.
+
 ``use_winograd``: a 3×3, stride-1, undilated, ungrouped convolution with constant weights,
 wide enough and with enough output tiles, becomes ``conv2d_winograd`` (``autosched.ops.winograd``), its
 weight transformed once (``U = G g Gᵀ``) into a new constant, as TVM's CPU strategy and
@@ -41,6 +52,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from sketch_rules.annotation import padded_extent
 
 from ..ops import reference as ref
 from ..ops import winograd
@@ -346,4 +359,37 @@ def use_winograd(graph: Graph, min_channels: int = WINOGRAD_MIN_CHANNELS,
                  init=lambda rng, w=w: winograd.winograd_weight(w.value, WINOGRAD_TILE))
         attrs = {"padding": node.attrs["padding"], "pad_after": node.attrs.get("pad_after"), "tile": WINOGRAD_TILE}
         return Node("conv2d_winograd", (x, u), attrs, node.shape, node.dtype, node.name)
+    return _rewrite(graph, replace)
+
+
+#: the attribute of a node that starts a fused group of its own (``partition``'s rule 4)
+STARTS_KERNEL = "starts_kernel"
+
+
+def _transposed_copy(operand: Node) -> Node:
+    """``operand`` (..., M, K) as a new (..., K, M') tensor: its last two axes swapped, its
+    rows padded with zeros to M' = ``padded_extent(M)`` where M has no whole vector tile."""
+    *batch, m, k = operand.shape
+    axes = (*range(len(batch)), len(batch) + 1, len(batch))
+    copy = Node("transpose", (operand,), {"axes": axes, STARTS_KERNEL: True}, (*batch, k, m), operand.dtype,
+                f"{operand.name}_T")
+    wide = padded_extent(m)
+    if wide == m:
+        return copy
+    zeros = (0,) * len(copy.shape)
+    return Node("pad", (copy,), {"pad_before": zeros, "pad_after": (*zeros[:-1], wide - m), "mode": "constant",
+                                 "value": 0.0}, (*batch, k, wide), operand.dtype, f"{operand.name}_T_padded")
+
+
+def copy_transposed_operands(graph: Graph) -> Graph:
+    """``graph`` with each matmul or batch_matmul that reads a run-time operand transposed
+    reading a transposed (and maybe padded) copy of it (see the module docstring); nodes
+    that do not change are shared with ``graph``."""
+    def replace(node: Node, mapped) -> Node | None:
+        if node.kind not in ("matmul", "batch_matmul") or not node.attrs.get("transpose_b") \
+                or node.inputs[1].is_const or node.attrs.get("columns") is not None:
+            return None
+        a, b = (mapped(p) for p in node.inputs)
+        attrs = dict(node.attrs, transpose_b=False, columns=b.shape[-2])
+        return Node(node.kind, (a, _transposed_copy(b)), attrs, node.shape, node.dtype, node.name)
     return _rewrite(graph, replace)

@@ -59,8 +59,11 @@ SMALL_TASK_PARAMS = SearchParams(population=64, generations=2, init_min_populati
 #: reduction that the vector-inside-reduction sketch fits (NHWC global pooling over at least
 #: a vector of channels) gets that sketch alone (``sketch_rules.cpu_rules.VectorInsideReduction``);
 #: 8: padded vector tiles (16 or 32 lanes of 408 channels; ``sketch_rules.annotation.paddable``);
-#: 9: sampling stops once its samples only repeat (``sketch_rules.sampling.exhausted_after``)
-SEARCH_VERSION = 9
+#: 9: sampling stops once its samples only repeat (``sketch_rules.sampling.exhausted_after``);
+#: 10: an axis with padded vector tiles but no exact one (a prime: 197 tokens) draws them
+#: (``sketch_rules.annotation.FillTileSize``), and a run-time tensor padded past the axis
+#: makes it ``paddable``
+SEARCH_VERSION = 10
 #: how many of the search's best predicted programs the zero-trial choice ranks
 CANDIDATES = 16
 #: the kind of the records database's lines that remember zero-trial programs

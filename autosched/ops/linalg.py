@@ -14,8 +14,10 @@ from .elementwise import bias_add
 from .registry import ANCHOR, node_kind, operator
 
 
-def _product(a, b, transpose_a: bool, transpose_b: bool, batch_dims: int, name: str, tag: str):
-    """``op(A)·op(B)`` over ``batch_dims`` leading axes that A and B share."""
+def _product(a, b, transpose_a: bool, transpose_b: bool, batch_dims: int, name: str, tag: str,
+             columns: int | None = None):
+    """``op(A)·op(B)`` over ``batch_dims`` leading axes that A and B share; ``columns``: only
+    the first that many columns of ``op(B)`` (B stored wider: a padded copy)."""
     what = f"{name}: A {a.shape} (transpose_a={transpose_a}), B {b.shape} (transpose_b={transpose_b})"
     if a.ndim != b.ndim or a.ndim != batch_dims + 2:
         raise ValueError(f"{what}: expected both operands with {batch_dims + 2} dimensions")
@@ -26,6 +28,10 @@ def _product(a, b, transpose_a: bool, transpose_b: bool, batch_dims: int, name: 
     m, kb = b.shape[-2:] if transpose_b else b.shape[-2:][::-1]
     if ka != kb:
         raise ValueError(f"{what}: the reduction lengths differ (K={ka} from A, K={kb} from B)")
+    if columns is not None:
+        if not 0 < columns <= m:
+            raise ValueError(f"{what}: columns={columns}; expected 1 to the {m} columns of B")
+        m = columns
     k = ir.reduce_axis(ka, "k")
 
     def body(*idx):
@@ -37,16 +43,19 @@ def _product(a, b, transpose_a: bool, transpose_b: bool, batch_dims: int, name: 
     return ir.compute((*batch, n, m), body, name=name, tag=tag)
 
 
-def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul"):
-    """C (N, M) = A (N, K) · B (K, M); ``transpose_a``: A is stored (K, N); ``transpose_b``: B is (M, K)."""
-    return _product(a, b, transpose_a, transpose_b, 0, name, "matmul")
+def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul",
+           columns: int | None = None):
+    """C (N, M) = A (N, K) · B (K, M); ``transpose_a``: A is stored (K, N); ``transpose_b``: B is
+    (M, K); ``columns``: C has only the first that many of B's M columns."""
+    return _product(a, b, transpose_a, transpose_b, 0, name, "matmul", columns)
 
 
-def batch_matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, name: str = "batch_matmul"):
+def batch_matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, name: str = "batch_matmul",
+                 columns: int | None = None):
     """``matmul`` per index of the leading axes, which A and B share (one or more)."""
     if a.ndim < 3:
         raise ValueError(f"{name}: A has shape {a.shape}; expected at least one batch axis (3+ dims)")
-    return _product(a, b, transpose_a, transpose_b, a.ndim - 2, name, "batch_matmul")
+    return _product(a, b, transpose_a, transpose_b, a.ndim - 2, name, "batch_matmul", columns)
 
 
 def dense(x, weight, bias=None, name: str = "dense"):
@@ -124,9 +133,16 @@ def norm_workload(B, M, N, dtype="float32"):
 # graph node kinds ------------------------------------------------------------------------
 
 node_kind("dense", ANCHOR, lambda t, a, name: dense(t[0], t[1], name=name), lambda x, a: ref.dense(x[0], x[1]), 2)
+def _product_node_reference(x, a):
+    out = ref.matmul(x[0], x[1], a.get("transpose_a", False), a.get("transpose_b", False))
+    return out if a.get("columns") is None else out[..., :a["columns"]]
+
+
 node_kind("matmul", ANCHOR,
-          lambda t, a, name: matmul(t[0], t[1], a.get("transpose_a", False), a.get("transpose_b", False), name),
-          lambda x, a: ref.matmul(x[0], x[1], a.get("transpose_a", False), a.get("transpose_b", False)), 2)
+          lambda t, a, name: matmul(t[0], t[1], a.get("transpose_a", False), a.get("transpose_b", False), name,
+                                    a.get("columns")),
+          _product_node_reference, 2)
 node_kind("batch_matmul", ANCHOR,
-          lambda t, a, name: batch_matmul(t[0], t[1], a.get("transpose_a", False), a.get("transpose_b", False), name),
-          lambda x, a: ref.matmul(x[0], x[1], a.get("transpose_a", False), a.get("transpose_b", False)), 2)
+          lambda t, a, name: batch_matmul(t[0], t[1], a.get("transpose_a", False), a.get("transpose_b", False),
+                                          name, a.get("columns")),
+          _product_node_reference, 2)
