@@ -7,6 +7,7 @@ cache_write stage live in registers.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from . import dtype as dt
@@ -21,6 +22,26 @@ from .padding import skip_padding
 LOOP_KIND = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
 #: attached buffers live on the stack (thread-private inside parallel loops); larger is an error
 MAX_LOCAL_BYTES = 8 << 20
+
+
+#: a padded row tile (a register tile's rows, no vector): at most this many rows ...
+MAX_PADDED_ROWS = 8
+#: ... past the end of its axis by at most this share of it
+MAX_PADDED_ROW_SHARE = 1 / 8
+
+
+@functools.lru_cache(maxsize=1024)
+def padded_row_lengths(extent: int) -> tuple[int, ...]:
+    """The register-tile rows (2 to ``MAX_PADDED_ROWS``) that may run past an axis of
+    ``extent`` that no such tile divides (197 tokens: an exact row tile is 1 row, each
+    multiply-add loading its own vector), each padding it by at most
+    ``MAX_PADDED_ROW_SHARE``: 197 -> 2..8; 7 or 196 -> none. The CPU space draws them
+    (``sketch_rules.annotation.FillTileSize``); lowering clamps the reads of the rows past
+    the end to the last row (``Lowering._clamped_rows``) along such axes only."""
+    if any(extent % r == 0 for r in range(2, MAX_PADDED_ROWS + 1)):
+        return ()
+    return tuple(r for r in range(2, MAX_PADDED_ROWS + 1)
+                 if -(-extent // r) * r - extent <= MAX_PADDED_ROW_SHARE * extent)
 
 
 class LoweringError(ValueError):
@@ -183,22 +204,58 @@ class Lowering:
         guards = [g for g in guards if not (isinstance(g, E.Const) and g.value)]
         if isinstance(body, E.Reduce):
             acc = Load(buf, index)
-            source = self.simplify(self.expr(body.source, axis_map))
-            combined = E.Binary(body.combiner if body.combiner != "sum" else "+", acc, source)
-            if body.condition is not None:
-                cond = self.simplify(self.expr(body.condition, axis_map))
-                combined = E.Select(cond, combined, acc)
-            guards = self._needed_guards(st, buf, axis_map, combined, guards)
+
+            def value_of(reads: dict) -> E.Expr:
+                combined = E.Binary(body.combiner if body.combiner != "sum" else "+", acc,
+                                    self.simplify(self.expr(body.source, reads)))
+                if body.condition is not None:
+                    combined = E.Select(self.simplify(self.expr(body.condition, reads)), combined, acc)
+                return combined
+            combined, guards = self._unguarded_value(st, buf, axis_map, value_of, guards)
             update = guarded(Store(buf, index, combined), guards)
             init = Store(buf, index, body.identity())
             nest = self._reduction_nest(idx, st, update, init, guards)
         else:
-            value = self.simplify(self.expr(body, axis_map))
-            guards = self._needed_guards(st, buf, axis_map, value, guards)
+            value, guards = self._unguarded_value(st, buf, axis_map, lambda reads: self.simplify(self.expr(body, reads)),
+                                                  guards)
             nest = self._loops(idx, st.iters, 0, guarded(Store(buf, index, value), guards))
         if st.auto_unroll_max_step:
             nest = Pragma("auto_unroll_max_step", st.auto_unroll_max_step, nest)
         return nest
+
+    def _unguarded_value(self, st, buf: Buffer, axis_map: dict, value_of, guards: list) -> tuple[E.Expr, list]:
+        """The stored value (``value_of(axis map of its reads)``) and the guards it needs
+        (``_needed_guards``). Where a guard stays only because a read would leave its tensor,
+        the reads along padded row tiles are clamped to the last row (``_clamped_rows``) and
+        the guard goes if that keeps them in: a register tile of 4 rows over 197 tokens
+        computes its 3 rows past the end from the last one, and its consumer's guard drops them."""
+        value = value_of(axis_map)
+        needed = self._needed_guards(st, buf, axis_map, value, guards)
+        if len(needed) < len(guards) or not guards or not self.pad_local_tiles or buf.scope != "local":
+            return value, needed
+        clamped = self._clamped_rows(st, axis_map)
+        if clamped is None:
+            return value, needed
+        clamped_value = value_of(clamped)
+        fewer = self._needed_guards(st, buf, axis_map, clamped_value, guards)
+        return (clamped_value, fewer) if len(fewer) < len(guards) else (value, needed)
+
+    def _clamped_rows(self, st, axis_map: dict) -> dict | None:
+        """``axis_map`` with each space axis that its loops run past, that no small tile
+        divides (``padded_row_lengths``: a padded row tile) and that is not the vector
+        loop's, read at ``min(value, extent - 1)``; None if there is none. A tile past the
+        region of an axis that small tiles divide keeps its guard."""
+        last = st.iters[-1] if st.iters else None
+        vector = last.var if last is not None and last.annotation == "vectorize" else None
+        clamped = dict(axis_map)
+        for d, ax in enumerate(st.axes):
+            value = axis_map[ax]
+            extent = int(st.op.shape[d])
+            if not padded_row_lengths(extent) or (vector is not None and any(v is vector for v in E.free_vars(value))):
+                continue
+            if interval(self.exact(value), self.bounds)[1] >= extent:
+                clamped[ax] = E.Binary("min", value, E.Const(extent - 1, value.dtype))
+        return None if len(clamped) == len(axis_map) and all(clamped[a] is axis_map[a] for a in axis_map) else clamped
 
     def _needed_guards(self, st, buf: Buffer, axis_map: dict, value: E.Expr, guards: list) -> list:
         """``guards`` less those a local tile can run past (``pad_local_tiles``): a vector

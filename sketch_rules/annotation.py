@@ -12,6 +12,7 @@ import numpy as np
 import ir
 from ir import expr as E
 from ir.bounds import expand_reads
+from ir.lower import padded_row_lengths
 from ir.steps import SplitStep
 
 from . import analysis as A
@@ -164,6 +165,28 @@ def _reads_padded(read: E.TensorRead, var, wide: int) -> bool:
     return len(moved) == 1 and read.indices[moved[0]] is var and int(read.tensor.shape[moved[0]]) >= wide
 
 
+def rows_paddable(stage, axis: str) -> bool:
+    """Whether a row tile (no vector) of space axis ``axis`` of ``stage`` may run past the
+    axis's end (``padded_row_lengths``): every tensor the stage reads along the axis is a
+    constant input (packed with zeros past its end) or indexed in one dimension by the
+    axis alone, a read that ``ir.lower`` clamps to the last row. Q's rows in Q·Kᵀ, x's in
+    a dense layer; not a convolution's image rows (``h * stride + rh``)."""
+    if stage.is_placeholder or stage.body is None:
+        return False
+    var = next((v for v in stage.axes if v.name == axis), None)
+    if var is None:
+        return False
+    for node in E.walk(stage.body):
+        if isinstance(node, E.TensorRead) and any(v is var for i in node.indices for v in E.free_vars(i)):
+            op = node.tensor.op
+            if isinstance(op, ir.PlaceholderOp) and op.constant:
+                continue
+            moved = [i for i in node.indices if any(v is var for v in E.free_vars(i))]
+            if len(moved) != 1 or moved[0] is not var:
+                return False
+    return True
+
+
 #: (id(body), id(var)) -> (body, paddable): bodies are shared by the States of a task
 _PADDABLE: dict = {}
 
@@ -310,9 +333,23 @@ class FillTileSize(InitRule):
                     grid = vector_lengths(span or it.extent, limit, self.vector_lane_group, padded)
                     schemes = factorizations(it.extent, len(step.lengths), limit, (grid[int(rng.integers(len(grid)))],))
                     lengths = schemes[int(rng.integers(len(schemes)))]
+                elif not vectorised and lengths[-1] == 1 and self._padded_rows(stage, it):
+                    # a register tile over a prime axis (197 tokens) is 1 row: its rows again,
+                    # uniformly, padded ones among them
+                    rows = (1,) + padded_row_lengths(it.extent)
+                    schemes = factorizations(it.extent, len(step.lengths), limit, (rows[int(rng.integers(len(rows)))],))
+                    lengths = schemes[int(rng.integers(len(schemes)))]
                 step = replace(step, lengths=lengths)
             current = current.apply(step)
         return current
+
+    def _padded_rows(self, stage, it) -> bool:
+        """Whether loop ``it`` (a space axis, not vectorised) may take a padded row tile:
+        on the CPU (a lane group), in a cache_write stage (its register tile, whose guards
+        ``ir.lower`` drops: in the output itself every multiply-add would be masked), over
+        an axis ``padded_row_lengths`` allows, ``rows_paddable``."""
+        return (self.vector_lane_group is not None and stage.origin == "cache_write" and it.kind == "space"
+                and bool(padded_row_lengths(it.extent)) and rows_paddable(stage, it.name))
 
     def _only_padded_vectors(self, stage, it, span: int | None, limit: int) -> bool:
         """Whether the axis of loop ``it`` has no exact vector tile but padded ones (a prime

@@ -9,6 +9,7 @@ import pytest
 import ir
 import sketch_rules as SR
 from autosched.ops.linalg import batch_matmul
+from ir.lower import padded_row_lengths
 from sketch_rules.annotation import padded_extent, paddable
 from tests.ir.test_padded_tiles import local_updates_guarded
 from tests.sketch_rules.test_vector_lengths import HW, vector_loops
@@ -75,3 +76,50 @@ def test_sampling_draws_padded_tiles_over_prime_tokens_and_they_compute():
         out = np.zeros((HEADS, TOKENS, TOKENS), np.float32)
         ir.build(task.dag, p)(qa, copy, out)
         np.testing.assert_allclose(out, qa @ ka.transpose(0, 2, 1), rtol=1e-4, atol=1e-4, err_msg=str(p))
+
+
+@pytest.mark.parametrize("extent, rows", [(197, (2, 3, 4, 5, 6, 7, 8)), (61, (2, 3, 4, 5, 6, 7, 8)),
+                                          (11, (2, 3, 4, 6)), (7, ()), (196, ()), (64, ())])
+def test_padded_row_lengths_only_where_no_small_tile_divides(extent, rows):
+    """11 rows: 5 would pad to 15 (36 %), 6 to 12; 7 rows: 2 pad 14 %; 196 = 4 x 49 has exact tiles."""
+    assert padded_row_lengths(extent) == rows
+
+
+def test_rows_read_along_the_axis_alone_are_paddable_a_convolutions_are_not():
+    stage = ir.ComputeDAG(list(scores(TOKENS))).init_state().stages[-1]
+    assert SR.annotation.rows_paddable(stage, "ax1")                 # Q[b, i, k]
+    conv = ops_conv_stage()
+    assert not SR.annotation.rows_paddable(conv, "ax1")              # image[h + rh]
+
+
+def ops_conv_stage():
+    from autosched import ops
+    dag = ir.ComputeDAG(ops.workload("conv2d_chain", 1, 7, 7, 8, 8, 3, 1, 1).tensors)
+    return max((st for st in dag.init_state().stages if isinstance(st.body, ir.expr.Reduce)),
+               key=lambda st: len(st.iters))
+
+
+def test_padded_row_tiles_clamp_their_reads_and_compute_over_prime_rows():
+    """softmax·V over 61 tokens: Q's 61 rows have no tile of 2 to 8, so the register tile
+    draws 2 to 8 rows running past the end; those rows read the last row again (a ``min``
+    in the index), the tile's updates go unguarded, and only real rows are stored."""
+    p_ = ir.placeholder((HEADS, TOKENS, TOKENS), "float32", name="P")
+    v = ir.placeholder((HEADS, TOKENS, FEATURES), "float32", name="V")
+    task = ir.SearchTask(ir.ComputeDAG([p_, v, batch_matmul(p_, v)]), hardware=HW)
+    programs = SR.sample_programs(task, SR.generate_sketches(task), 40, np.random.default_rng(0))
+
+    def row_tile(state):
+        local = [st for st in state.stages if st.origin == "cache_write"]
+        return next((it.extent for st in local for it in st.iters if it.name == "ax1.3"), 1)
+    padded = [p for p in programs if TOKENS % row_tile(p)]
+    assert len(padded) >= len(programs) // 4
+    rng = np.random.default_rng(2)
+    pa = rng.standard_normal((HEADS, TOKENS, TOKENS)).astype(np.float32)
+    va = rng.standard_normal((HEADS, TOKENS, FEATURES)).astype(np.float32)
+    for p in padded[:3]:
+        lowered = ir.lower(p)
+        assert not local_updates_guarded(lowered.body)
+        assert "min(" in str(lowered.body)
+        out = np.zeros((HEADS, TOKENS, FEATURES), np.float32)
+        ir.build(task.dag, p)(pa, va, out)
+        np.testing.assert_allclose(out, pa @ va, rtol=1e-4, atol=1e-4, err_msg=str(p))
