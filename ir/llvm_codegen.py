@@ -478,12 +478,50 @@ class FunctionBuilder:
                     raw = self.instr(f"call {vt} {sym}(ptr {ptr.ref}, i32 {align}, {self.mask.full} "
                                      f"{self.mask.ref}, {vt} zeroinitializer)", sty, lanes)
         else:
-            idx = self.broadcast(self.ev(e.index), lanes)
-            ptrs = self.address(e.buffer, idx)
-            raw = self._gather(ptrs, sty, lanes, align)
+            window = self.window_offsets(e.index) if self.mask is None else None
+            if window is not None:
+                raw = self._window_load(e.buffer, *window, sty, align)
+            else:
+                idx = self.broadcast(self.ev(e.index), lanes)
+                ptrs = self.address(e.buffer, idx)
+                raw = self._gather(ptrs, sty, lanes, align)
         if e.buffer.dtype == "bool":
             return self.instr(f"trunc {raw.full} {raw.ref} to {vector_type('i1', raw.lanes)}", "i1", raw.lanes)
         return raw
+
+    def window_offsets(self, index: E.Expr) -> tuple[E.Expr, list[int]] | None:
+        """(lane 0's index, each lane's offset from it) where every lane of a vector loop
+        reads within ``lanes`` elements after lane 0's at offsets known when the kernel is
+        built, else None (a gather). A grouped convolution of 4 channels a group, vectorised
+        over 16 output channels, reads input channel ``(c // 4) * 4 + rc``: offsets 0, 0, 0,
+        0, 4, 4, ... 12 from lane 0's, one load of 13 floats and a shuffle where a gather
+        loaded each lane alone (17 GFLOPS in ResNeXt-50's first stage)."""
+        if self.vec_base is not None or self.vec_var is None:
+            return None
+        simplify = Simplifier(self.bounds)
+        var = self.vec_var
+        first = simplify(E.substitute(index, {var: E.Const(0, var.dtype)}))
+        offsets = []
+        for lane in range(self.lanes):
+            off = simplify(E.Binary("-", E.substitute(index, {var: E.Const(lane, var.dtype)}), first))
+            if not isinstance(off, E.Const) or not 0 <= off.value < self.lanes:
+                return None
+            offsets.append(int(off.value))
+        return first, offsets
+
+    def _window_load(self, buf: Buffer, first: E.Expr, offsets: list[int], sty: str, align: int) -> Value:
+        """The lanes of a ``window_offsets`` read: the elements from lane 0's to the last
+        one read (all inside the buffer: they lie between two addresses that are read), then
+        each lane's picked out by a shuffle."""
+        width = max(offsets) + 1
+        ptr = self.address(buf, self.ev(first))
+        if width == 1:
+            return self.broadcast(self.instr(f"load {sty}, ptr {ptr.ref}, align {align}", sty, 1), len(offsets))
+        wt = vector_type(sty, width)
+        window = self.instr(f"load {wt}, ptr {ptr.ref}, align {align}", sty, width)
+        mask = ", ".join(f"i32 {o}" for o in offsets)
+        return self.instr(f"shufflevector {wt} {window.ref}, {wt} poison, <{len(offsets)} x i32> <{mask}>",
+                          sty, len(offsets))
 
     def checked_load(self, e: Load) -> Value:
         """A read whose index is checked at run time: where ``e.in_range`` fails (in a

@@ -155,6 +155,25 @@ def test_a_vector_across_groups_gathers_its_input():
         check_computes(w, task, p)
 
 
+@pytest.mark.parametrize("rc_unrolled", [False, True])
+def test_a_vector_over_groups_narrower_than_it_loads_one_window_not_a_gather(rc_unrolled):
+    """4 channels a group (ResNeXt-50's first stage), 16 lanes: lane l reads input channel
+    (l // 4) * 4 + rc, all within 13 floats of lane 0's, so one load and a shuffle
+    (``ir.llvm_codegen.window_offsets``), with the reduction over rc in a loop or unrolled."""
+    w, task = conv_task(32, 8, 3)
+    s = task.dag.init_state()
+    for name in ("bias_add_0", "pad"):
+        s = s.compute_inline(s.stage_index(name))
+    conv = s.stage_index("group_conv2d_nhwc")
+    p = s.split(conv, "ax3", [16]).reorder(conv, ["ax0", "ax1", "ax2", "ax3.0", "rh", "rw", "rc", "ax3.1"])
+    p = p.vectorize(conv, "ax3.1")
+    if rc_unrolled:
+        p = p.unroll(conv, "rc")
+    code = ir.build(task.dag, p, layout_rewrite=True).llvm_ir
+    assert "masked.gather" not in code and "shufflevector <13 x float>" in code
+    check_computes(w, task, p)
+
+
 def padded_programs(channels: int, n: int = 60):
     w, task = conv_task(channels)
     programs = SR.sample_programs(task, SR.generate_sketches(task), n, np.random.default_rng(0))
