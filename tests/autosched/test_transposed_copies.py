@@ -57,3 +57,17 @@ def test_scores_over_prime_tokens_match_numpy_with_padded_vector_tiles():
     ex = G.GraphExecutor(p, states={task.workload_key: padded}, base_model=None, warn_untuned=False)
     x = g.random_inputs(1)
     np.testing.assert_allclose(ex.run(*x)[0], run_reference(g, x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_two_dimensional_product_reads_its_copy_too():
+    """ONNX MatMul of two run-time matrices, the second stored transposed (61 rows, a prime:
+    its copy 64 columns wide)."""
+    b = G.GraphBuilder("matmul_nt", seed=0)
+    x = b.input((5, FEATURES))
+    y = b.input((61, FEATURES), "y")
+    g = b.graph([b.matmul(b.relu(x), b.scale(y, 2.0), transpose_b=True)])
+    product = next(n for n in copy_transposed_operands(g).nodes if n.kind == "matmul")
+    assert product.inputs[1].shape == (FEATURES, 64) and product.attrs["columns"] == 61
+    ex = G.GraphExecutor(G.partition(g), base_model=None, warn_untuned=False)
+    inputs = g.random_inputs(3)
+    np.testing.assert_allclose(ex.run(*inputs)[0], run_reference(g, inputs)[0], rtol=1e-4, atol=1e-5)
