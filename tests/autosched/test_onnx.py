@@ -141,8 +141,10 @@ def test_matmul_forms():
     one("MatMul", [(6, 8), (8, 5)])
 
 
-def test_attention_style_transposes():
-    """Q·Kᵀ with the exporter's transposes: K's Transpose is absorbed as transpose_b."""
+@pytest.mark.parametrize("tokens", [6, 61])
+def test_attention_style_transposes(tokens):
+    """Q·Kᵀ with the exporter's transposes: K's Transpose is absorbed as transpose_b, then
+    read through a transposed copy (padded to 64 columns for 61 tokens, a prime)."""
     nodes = [helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]),
              helper.make_node("MatMul", ["qt", "kt"], ["s"]),
@@ -150,7 +152,7 @@ def test_attention_style_transposes():
              helper.make_node("Transpose", ["v"], ["vt"], perm=[0, 2, 1, 3]),
              helper.make_node("MatMul", ["p", "vt"], ["c"]),
              helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 1, 3])]
-    check(make_model(nodes, {"q": (1, 6, 2, 4), "k": (1, 6, 2, 4), "v": (1, 6, 2, 4)}, ["y"]))
+    check(make_model(nodes, {"q": (1, tokens, 2, 4), "k": (1, tokens, 2, 4), "v": (1, tokens, 2, 4)}, ["y"]))
 
 
 @pytest.mark.parametrize("attrs, c", [
