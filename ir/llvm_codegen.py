@@ -478,9 +478,9 @@ class FunctionBuilder:
                     raw = self.instr(f"call {vt} {sym}(ptr {ptr.ref}, i32 {align}, {self.mask.full} "
                                      f"{self.mask.ref}, {vt} zeroinitializer)", sty, lanes)
         else:
-            window = self.window_offsets(e.index) if self.mask is None else None
-            if window is not None:
-                raw = self._window_load(e.buffer, *window, sty, align)
+            windows = self.window_offsets(e.index) if self.mask is None else None
+            if windows is not None:
+                raw = self._window_load(e.buffer, windows, sty, align)
             else:
                 idx = self.broadcast(self.ev(e.index), lanes)
                 ptrs = self.address(e.buffer, idx)
@@ -489,39 +489,57 @@ class FunctionBuilder:
             return self.instr(f"trunc {raw.full} {raw.ref} to {vector_type('i1', raw.lanes)}", "i1", raw.lanes)
         return raw
 
-    def window_offsets(self, index: E.Expr) -> tuple[E.Expr, list[int]] | None:
-        """(lane 0's index, each lane's offset from it) where every lane of a vector loop
-        reads within ``lanes`` elements after lane 0's at offsets known when the kernel is
-        built, else None (a gather). A grouped convolution of 4 channels a group, vectorised
-        over 16 output channels, reads input channel ``(c // 4) * 4 + rc``: offsets 0, 0, 0,
-        0, 4, 4, ... 12 from lane 0's, one load of 13 floats and a shuffle where a gather
-        loaded each lane alone (17 GFLOPS in ResNeXt-50's first stage)."""
+    def window_offsets(self, index: E.Expr) -> list[tuple[E.Expr, dict[int, int]]] | None:
+        """The windows a vector loop's lanes read from where that is a gather: at most two,
+        each (its first lane's index, lane -> offset from it) with every offset known when the
+        kernel is built and under ``lanes``; None where the lanes need more (a gather). A
+        grouped convolution of 4 channels a group, vectorised over 16 output channels, reads
+        input channel ``(c // 4) * 4 + rc``: one window, offsets 0, 0, 0, 0, 4, ... 12, one
+        load of 13 floats and a shuffle where a gather loaded each lane alone (17 GFLOPS in
+        ResNeXt-50's first stage). ShuffleNet's channel shuffle reads ``(c % 2) * 116 + c // 2``:
+        two windows, 116 channels apart."""
         if self.vec_base is not None or self.vec_var is None:
             return None
         simplify = Simplifier(self.bounds)
         var = self.vec_var
-        first = simplify(E.substitute(index, {var: E.Const(0, var.dtype)}))
-        offsets = []
+        windows: list[tuple[E.Expr, dict[int, int]]] = []
         for lane in range(self.lanes):
-            off = simplify(E.Binary("-", E.substitute(index, {var: E.Const(lane, var.dtype)}), first))
-            if not isinstance(off, E.Const) or not 0 <= off.value < self.lanes:
-                return None
-            offsets.append(int(off.value))
-        return first, offsets
+            at = simplify(E.substitute(index, {var: E.Const(lane, var.dtype)}))
+            for base, offsets in windows:
+                off = simplify(E.Binary("-", at, base))
+                if isinstance(off, E.Const) and 0 <= off.value < self.lanes:
+                    offsets[lane] = int(off.value)
+                    break
+            else:
+                if len(windows) == 2:
+                    return None
+                windows.append((at, {lane: 0}))
+        return windows
 
-    def _window_load(self, buf: Buffer, first: E.Expr, offsets: list[int], sty: str, align: int) -> Value:
-        """The lanes of a ``window_offsets`` read: the elements from lane 0's to the last
-        one read (all inside the buffer: they lie between two addresses that are read), then
-        each lane's picked out by a shuffle."""
-        width = max(offsets) + 1
-        ptr = self.address(buf, self.ev(first))
-        if width == 1:
-            return self.broadcast(self.instr(f"load {sty}, ptr {ptr.ref}, align {align}", sty, 1), len(offsets))
+    def _window_load(self, buf: Buffer, windows: list, sty: str, align: int) -> Value:
+        """The lanes of a ``window_offsets`` read: each window's elements from its first lane's
+        to the last one read (all inside the buffer: they lie between two addresses that are
+        read), then each lane's picked out by a shuffle."""
+        lanes = self.lanes
+        loaded = []
+        for base, offsets in windows:
+            width = max(offsets.values()) + 1
+            ptr = self.address(buf, self.ev(base))
+            wt = vector_type(sty, width)
+            loaded.append((self.instr(f"load {wt}, ptr {ptr.ref}, align {align}", sty, width), width))
+        width = max(w for _, w in loaded)
+        parts = []
+        for value, w in loaded:          # both shuffle operands of one width
+            if w < width:
+                mask = ", ".join(f"i32 {min(i, w - 1)}" for i in range(width))
+                value = self.instr(f"shufflevector {vector_type(sty, w)} {value.ref}, {vector_type(sty, w)} poison, "
+                                   f"<{width} x i32> <{mask}>", sty, width)
+            parts.append(value)
+        second = parts[1].ref if len(parts) > 1 else "poison"
+        picks = [next(k * width + off[lane] for k, (_, off) in enumerate(windows) if lane in off) for lane in range(lanes)]
         wt = vector_type(sty, width)
-        window = self.instr(f"load {wt}, ptr {ptr.ref}, align {align}", sty, width)
-        mask = ", ".join(f"i32 {o}" for o in offsets)
-        return self.instr(f"shufflevector {wt} {window.ref}, {wt} poison, <{len(offsets)} x i32> <{mask}>",
-                          sty, len(offsets))
+        mask = ", ".join(f"i32 {p}" for p in picks)
+        return self.instr(f"shufflevector {wt} {parts[0].ref}, {wt} {second}, <{lanes} x i32> <{mask}>", sty, lanes)
 
     def checked_load(self, e: Load) -> Value:
         """A read whose index is checked at run time: where ``e.in_range`` fails (in a
