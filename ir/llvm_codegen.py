@@ -521,23 +521,25 @@ class FunctionBuilder:
         to the last one read (all inside the buffer: they lie between two addresses that are
         read), then each lane's picked out by a shuffle."""
         lanes = self.lanes
+        if len(windows) == 1 and max(windows[0][1].values()) == 0:      # every lane reads one element
+            ptr = self.address(buf, self.ev(windows[0][0]))
+            return self.broadcast(self.instr(f"load {sty}, ptr {ptr.ref}, align {align}", sty, 1), lanes)
         loaded = []
         for base, offsets in windows:
             width = max(offsets.values()) + 1
             ptr = self.address(buf, self.ev(base))
-            wt = vector_type(sty, width)
-            loaded.append((self.instr(f"load {wt}, ptr {ptr.ref}, align {align}", sty, width), width))
+            loaded.append((self.instr(f"load <{width} x {sty}>, ptr {ptr.ref}, align {align}", sty, width), width))
         width = max(w for _, w in loaded)
         parts = []
-        for value, w in loaded:          # both shuffle operands of one width
+        for value, w in loaded:          # both shuffle operands of one width (<1 x float> too)
             if w < width:
                 mask = ", ".join(f"i32 {min(i, w - 1)}" for i in range(width))
-                value = self.instr(f"shufflevector {vector_type(sty, w)} {value.ref}, {vector_type(sty, w)} poison, "
+                value = self.instr(f"shufflevector <{w} x {sty}> {value.ref}, <{w} x {sty}> poison, "
                                    f"<{width} x i32> <{mask}>", sty, width)
             parts.append(value)
         second = parts[1].ref if len(parts) > 1 else "poison"
         picks = [next(k * width + off[lane] for k, (_, off) in enumerate(windows) if lane in off) for lane in range(lanes)]
-        wt = vector_type(sty, width)
+        wt = f"<{width} x {sty}>"
         mask = ", ".join(f"i32 {p}" for p in picks)
         return self.instr(f"shufflevector {wt} {parts[0].ref}, {wt} {second}, <{lanes} x i32> <{mask}>", sty, lanes)
 

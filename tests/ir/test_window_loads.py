@@ -22,6 +22,7 @@ def channel_permutation(source):
 @pytest.mark.parametrize("source, picked, gathers", [
     (lambda c: (c % 2) * 64 + c // 2, lambda c: (c % 2) * 64 + c // 2, False),      # a channel shuffle: two windows
     (lambda c: (c // 4) * 4, lambda c: (c // 4) * 4, False),                         # one window, lanes repeated
+    (lambda c: (c % 2) * 100 + (c // 16), lambda c: (c % 2) * 100 + (c // 16), False),  # two windows of one element
     (lambda c: (c % 4) * 32 + c // 4, lambda c: (c % 4) * 32 + c // 4, True),        # four windows: a gather
 ])
 def test_lanes_in_at_most_two_windows_load_them_whole(source, picked, gathers):
