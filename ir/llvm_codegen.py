@@ -496,8 +496,8 @@ class FunctionBuilder:
         grouped convolution of 4 channels a group, vectorised over 16 output channels, reads
         input channel ``(c // 4) * 4 + rc``: one window, offsets 0, 0, 0, 0, 4, ... 12, one
         load of 13 floats and a shuffle where a gather loaded each lane alone (17 GFLOPS in
-        ResNeXt-50's first stage). ShuffleNet's channel shuffle reads ``(c % 2) * 116 + c // 2``:
-        two windows, 116 channels apart."""
+        ResNeXt-50's first stage). A channel shuffle in channels-last order reads
+        ``(c % 2) * 64 + c // 2``: two windows, 64 channels apart."""
         if self.vec_base is not None or self.vec_var is None:
             return None
         simplify = Simplifier(self.bounds)

@@ -255,7 +255,7 @@ class Lowering:
                 continue
             if interval(self.exact(value), self.bounds)[1] >= extent:
                 clamped[ax] = E.Binary("min", value, E.Const(extent - 1, value.dtype))
-        return None if len(clamped) == len(axis_map) and all(clamped[a] is axis_map[a] for a in axis_map) else clamped
+        return None if all(clamped[a] is axis_map[a] for a in st.axes) else clamped
 
     def _needed_guards(self, st, buf: Buffer, axis_map: dict, value: E.Expr, guards: list) -> list:
         """``guards`` less those a local tile can run past (``pad_local_tiles``): a vector

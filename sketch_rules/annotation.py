@@ -176,15 +176,8 @@ def rows_paddable(stage, axis: str) -> bool:
     var = next((v for v in stage.axes if v.name == axis), None)
     if var is None:
         return False
-    for node in E.walk(stage.body):
-        if isinstance(node, E.TensorRead) and any(v is var for i in node.indices for v in E.free_vars(i)):
-            op = node.tensor.op
-            if isinstance(op, ir.PlaceholderOp) and op.constant:
-                continue
-            moved = [i for i in node.indices if any(v is var for v in E.free_vars(i))]
-            if len(moved) != 1 or moved[0] is not var:
-                return False
-    return True
+    return all(_reads_padded(node, var, 0) for node in E.walk(stage.body)
+               if isinstance(node, E.TensorRead) and any(v is var for i in node.indices for v in E.free_vars(i)))
 
 
 #: (id(body), id(var)) -> (body, paddable): bodies are shared by the States of a task

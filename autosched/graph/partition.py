@@ -18,8 +18,8 @@ output and has no other consumer (so every group has one output and the groups f
 3. a reduction (softmax, layer norm, pooling) starts a group and takes in the
    elementwise/injective groups that feed only it (e.g. the residual add before a layer norm);
 4. a node marked ``STARTS_KERNEL`` (the transposed copy that ``passes.copy_transposed_operands``
-   makes) joins no producer's group: it reads its source as stored, where joined to the
-   chain that made it, it would recompute that chain's index arithmetic per element;
+   makes) joins no producer's group: it reads its source as stored; joined to the chain
+   that made it, it would recompute that chain's index arithmetic per element;
 5. where a node's consumers are several elementwise/broadcast nodes whose paths all meet
    again (a diamond, ``passes.elementwise_diamonds``: x·sigmoid(x); GELU unless recognised),
    the nodes of those paths up to where they meet join the node's group (an anchor's or an

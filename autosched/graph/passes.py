@@ -33,10 +33,10 @@ that the dense layer's program cannot compute inside its tiles.
 
 ``copy_transposed_operands``: a product whose second operand is computed at run time and
 read transposed (attention's Q·Kᵀ, the key matrix stored as it was made, tokens by
-features) reads a transposed copy instead, made by a kernel of its own (``STARTS_KERNEL``) from
-the key matrix as stored: the product's
-vector loop then runs along the copy's rows (tokens) and loads them whole, where it read
-each key's features along the reduction one scalar at a time. Where the token count has
+features) reads a transposed copy instead, made from the key matrix as stored by a kernel
+of its own (``STARTS_KERNEL``): the product's vector loop then runs along the copy's rows
+(tokens) and loads them whole, where it read each key's features along the reduction one
+scalar at a time. Where the token count has
 no whole vector tile (ViT's 197, a prime), the copy's rows run on to
 ``sketch_rules.annotation.padded_extent`` (216) in zeros and the product computes only
 the real columns (``columns``), so its vector tiles may run past the end
