@@ -245,11 +245,11 @@ def _witness(index, n: int, form: Affine, conds, bounds: dict, low: bool, high: 
     else:
         points = _corners(form, ranges, low, high)
     try:
-        value = np.broadcast_to(_evaluate(index, points), next(iter(points.values())).shape if points else (1,))
+        value = np.broadcast_to(evaluate_at(index, points), next(iter(points.values())).shape if points else (1,))
         hit = (value < 0) | (value >= n)
         for c in conds:
-            hit = hit & _evaluate(c, points)
-    except _DependsOnData:
+            hit = hit & evaluate_at(c, points)
+    except DependsOnData:
         return None
     found = np.flatnonzero(hit)
     if not found.size:
@@ -270,7 +270,7 @@ def _corners(form: Affine, ranges: dict, low: bool, high: bool) -> dict:
     return {v: np.array(x, dtype=np.int64) for v, x in points.items()}
 
 
-class _DependsOnData(Exception):
+class DependsOnData(Exception):
     """The expression reads data (or a variable the points do not give)."""
 
 
@@ -279,28 +279,28 @@ _ARRAY_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum
               ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}
 
 
-def _evaluate(e: E.Expr, points: dict):
+def evaluate_at(e: E.Expr, points: dict):
     """An integer or bool expression at every one of ``points`` (variable -> values)."""
     if isinstance(e, E.Const):
         return np.asarray(e.value)
     if isinstance(e, E.Var):
         if e not in points:
-            raise _DependsOnData
+            raise DependsOnData
         return points[e]
     if isinstance(e, (E.Binary, E.Compare)):
-        a, b = _evaluate(e.a, points), _evaluate(e.b, points)
+        a, b = evaluate_at(e.a, points), evaluate_at(e.b, points)
         if e.op in ("//", "%"):  # floor semantics; by zero gives 0, as in kernels
             safe = np.where(b == 0, 1, b)
             out = np.floor_divide(a, safe) if e.op == "//" else np.mod(a, safe)
             return np.where(b == 0, 0, out)
         if e.op not in _ARRAY_OPS or (isinstance(e, E.Binary) and dt.is_float(e.dtype)):
-            raise _DependsOnData
+            raise DependsOnData
         return _ARRAY_OPS[e.op](a, b)
     if isinstance(e, E.Not):
-        return np.logical_not(_evaluate(e.a, points))
+        return np.logical_not(evaluate_at(e.a, points))
     if isinstance(e, E.Select):
-        return np.where(_evaluate(e.cond, points), _evaluate(e.t, points), _evaluate(e.f, points))
+        return np.where(evaluate_at(e.cond, points), evaluate_at(e.t, points), evaluate_at(e.f, points))
     if isinstance(e, E.Cast) and (dt.is_int(e.dtype) or e.dtype == "bool") and not dt.is_float(e.value.dtype):
-        value = _evaluate(e.value, points)
+        value = evaluate_at(e.value, points)
         return value != 0 if e.dtype == "bool" else value
-    raise _DependsOnData
+    raise DependsOnData

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import ir
 from evolution import SearchParams, SketchPolicy
+from evolution.cold_reads import prefer_prefetched
 from sketch_rules import search_space
 from sketch_rules.analysis import parallel_region_starts
 
@@ -62,8 +63,9 @@ SMALL_TASK_PARAMS = SearchParams(population=64, generations=2, init_min_populati
 #: 9: sampling stops once its samples only repeat (``sketch_rules.sampling.exhausted_after``);
 #: 10: an axis with padded vector tiles but no exact one (a prime: 197 tokens) draws them
 #: (``sketch_rules.annotation.FillTileSize``), and a run-time tensor padded past the axis
-#: makes it ``paddable``
-SEARCH_VERSION = 10
+#: makes it ``paddable``; 11: a favourite whose first reads of data that come from memory in a
+#: network no prefetcher follows gives way to the next best that waits less (``evolution.cold_reads``)
+SEARCH_VERSION = 11
 #: how many of the search's best predicted programs the zero-trial choice ranks
 CANDIDATES = 16
 #: the kind of the records database's lines that remember zero-trial programs
@@ -92,7 +94,9 @@ def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     Programs that start a parallel region more than once a call
     (``sketch_rules.analysis.parallel_region_starts``) come after all others: the base
     model has no feature that counts regions and ranked such a program first, 6x slower
-    than its runners-up."""
+    than its runners-up. The first is the pick: the model's favourite, unless in a network it
+    would wait for memory on reads no prefetcher follows (``evolution.cold_reads.prefer_prefetched``:
+    the base model learnt from programs timed with their inputs in the caches)."""
     policy = SketchPolicy(task, model, params or zero_trial_params(task), seed=seed)
     found = policy.evolve(policy.sample_initial(), max(CANDIDATES, top))
     distinct: dict[str, ir.State] = {}
@@ -104,7 +108,10 @@ def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     scores = model.predict(task, options)
     restarts = [parallel_region_starts(s) > 1 for s in options]
     order = sorted(range(len(options)), key=lambda i: (restarts[i], -scores[i]))
-    return [options[i] for i in order[:top]]
+    alike = [i for i in order if restarts[i] == restarts[order[0]]]
+    pick = alike[prefer_prefetched(task, [options[i] for i in alike], [scores[i] for i in alike])]
+    order.remove(pick)
+    return [options[i] for i in [pick] + order[:top - 1]]
 
 
 def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | None = None,
