@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ir
+from evolution.cold_reads import cold_tensors
 from ir.cpu.runtime import can_evict, evict_from_caches
 
 from .common import MeasureErrorNo, short
@@ -172,7 +173,8 @@ class RunOptions:
     repeat: int = 10
     min_repeat_ms: float = 40.0
     cache_flush: bool = False
-    #: evict the task's constant inputs (weights) from the caches before every repeat
+    #: evict the task's constant inputs (weights), and the run-time inputs of its reductions
+    #: larger than a core's L2, from the caches before every repeat
     cold_constants: bool = False
     adaptive: bool = True
     cv_threshold: float = 0.05
@@ -261,11 +263,14 @@ def run_job(task_key: str, task_payload: bytes, obj: bytes, name: str, layouts: 
     outputs = output_buffers(dag)
     outs = iter(outputs)
     args, constants = [], []
+    # evicted before each repeat when timed as in a network: the weights, and the inputs of
+    # its reductions that its producer leaves mostly outside the caches (``cold_tensors``)
+    in_memory = cold_tensors(dag) if opts.cold_constants else ()
     for t in dag.tensors:  # the kernel's argument order; fresh copies: a program may scribble
         if isinstance(t.op, ir.PlaceholderOp):
             a = next(inputs)
             args.append(kernel.pack(t.name, a) if t.name in kernel.layouts else a.copy())
-            if t.op.constant:
+            if t.op.constant or t.name in in_memory:
                 constants.append(args[-1])
         else:
             args.append(next(outs))

@@ -356,9 +356,25 @@ def test_cold_constants_evicts_only_the_weights_before_each_single_call_repeat(m
             assert cold.options.min_repeat_ms == 0
             (res,) = cold.run(inputs, builder.build(inputs))
     assert res.ok and res.verified and res.number == 1 and len(res.costs) == 4
-    assert evicted == [[48 * 48]] * 4  # B (the weight, packed) before every repeat; A and C stay cached
+    assert evicted == [[48 * 48]] * 4  # B (the weight, packed) before every repeat; A (under the L2) and C stay
     with pytest.raises(ValueError, match="min_repeat_ms must be 0 or None with it, got 5"):
         LocalRunner(cold_constants=True, min_repeat_ms=5)
+
+
+def test_cold_constants_evicts_a_reduction_input_larger_than_the_l2_too(monkeypatch, builder):
+    from autosched.measure import jobs
+    from evolution import cold_reads
+    dag = matmul_dag(48, constant_b=True)
+    task = ir.SearchTask(dag, layout_rewrite=True, desc="cold-activations")
+    inputs = [MeasureInput(task, dag.init_state().cache_write("C").split("C", "j", [16]))]
+    evicted = []
+    monkeypatch.setattr(jobs, "evict_from_caches", lambda arrays: evicted.append([a.size for a in arrays]))
+    monkeypatch.setattr(cold_reads, "l2_bytes", lambda: 4096)   # A's 9 KB no longer fit
+    with ThreadPoolExecutor(1) as pool:
+        with LocalRunner(timeout=5, cold_constants=True, repeat=3, adaptive=False, executor=pool) as cold:
+            (res,) = cold.run(inputs, builder.build(inputs))
+    assert res.ok and res.verified and len(res.costs) == 3
+    assert evicted == [[48 * 48, 48 * 48]] * 3  # A (its producer's output, from memory) and B; C stays
 
 
 def test_verification_can_be_switched_off(task, states, builder):

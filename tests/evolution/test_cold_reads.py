@@ -81,7 +81,7 @@ def test_cold_tensors_are_weights_and_large_inputs_of_reductions():
 
 
 def cold_task():
-    dag = matmul(512, 16, 1024)
+    dag = matmul(512, 48, 1024)         # its arithmetic outlasts streaming its 2.3 MB
     task = ir.SearchTask(dag, layout_rewrite=False)
     if "A" not in C.cold_tensors(dag):
         pytest.skip(f"this CPU's L2 ({C.l2_bytes()} bytes) holds the 2 MB input: none of it comes from memory")
@@ -119,6 +119,14 @@ def test_prefer_prefetched_looks_past_a_walk_over_budget():
     assert C.prefer_prefetched(task, [walks, walks], [1.0, 0.99]) == 0
     # a program the model scores at zero or below is never the pick
     assert C.prefer_prefetched(task, [walks, streams], [1.0, -0.1]) == 0
+
+
+def test_prefer_prefetched_keeps_the_first_of_a_task_bound_by_memory():
+    dag = matmul(512, 16, 1024)         # 2.2 MB streamed for 17 Mflop
+    task = ir.SearchTask(dag, layout_rewrite=False)
+    arithmetic, memory = C.roofline_seconds(dag, task.hardware)
+    assert arithmetic < memory
+    assert C.prefer_prefetched(task, [two_line_walk(dag), row_walk(dag)], [1.0, 0.9]) == 0
 
 
 def test_prefer_prefetched_leaves_gpu_tasks_and_warm_tasks_alone():
