@@ -44,10 +44,10 @@ MAX_POINTS = 1 << 21
 #: extra time of their inputs from memory over the misses counted, 40-90 ns)
 MISS_SECONDS = 50e-9
 #: how many times a task's ``warm_seconds`` its misses may cost before the pick moves on.
-#: ResNet-50's walk above: 2.3, and 0.85 ms in a run against 0.30 alone; MobileNet-V3's
-#: first depthwise layer: 3.2. Picks of DenseNet-121, ResNeXt-50 and MNASNet at 1.2-1.6 ran
-#: as fast in a run as alone (their inputs came from L3: those models' weights leave it
-#: room), and the programs that would replace them were no faster there
+#: ResNet-50's walk above: 2.3, and 0.85 ms in a run against 0.30 alone. Picks of
+#: DenseNet-121, ResNeXt-50 and MNASNet at 1.2-1.6 ran as fast in a run as alone (their
+#: inputs came from L3: those models' weights leave it room), and the programs that would
+#: replace them were no faster there
 MISS_BUDGET = 2.0
 #: ...and how many times its replacement's may cost (the first that does; else the first
 #: within ``MISS_BUDGET``): ResNet-50's second-ranked program costs 0.58 times the guess and
@@ -222,7 +222,7 @@ def prefer_prefetched(task, states: list, scores) -> int:
     if arithmetic < memory:
         return 0
     layout_rewrite = bool(getattr(task, "layout_rewrite", False))
-    warm = arithmetic
+    warm = arithmetic           # (the task's warm_seconds: arithmetic is the longer)
 
     def cost(state) -> float:
         return MISS_SECONDS * first_read_misses(state, names, hardware.num_cores, layout_rewrite) / warm
