@@ -118,11 +118,12 @@ def _line_sequence(loops, buffer, indices, threads: int):
         scale *= extents[k] / keep
         total = total // extents[k] * keep
         extents[k] = keep
-    grid = np.indices(extents, dtype=np.int64).reshape(len(extents), -1)
-    points = {lp.var: grid[i] for i, lp in enumerate(moving)}
-    n = grid.shape[1]
+    # each loop's values along its own axis: the index arithmetic broadcasts, and only its
+    # result has an element per iteration
+    points = {lp.var: np.arange(e, dtype=np.int64).reshape([e if i == k else 1 for i in range(len(extents))])
+              for k, (lp, e) in enumerate(zip(moving, extents))}
     element = dt.itemsize(buffer.dtype)
-    columns = [np.broadcast_to(evaluate_at(index, points), (n,)) for index in indices]
+    columns = [np.broadcast_to(evaluate_at(index, points), extents).ravel() for index in indices]
     flat = np.stack(columns, axis=1).ravel() if len(columns) > 1 else columns[0]
     return flat * element // 64, scale
 
@@ -225,9 +226,15 @@ def prefer_prefetched(task, states: list, scores) -> int:
     warm = arithmetic           # (the task's warm_seconds: arithmetic is the longer)
 
     def cost(state) -> float:
-        return MISS_SECONDS * first_read_misses(state, names, hardware.num_cores, layout_rewrite) / warm
+        """The misses' share of ``warm``; infinite for a program that does not lower (it is
+        never the replacement, and a first that does not lower stays the pick)."""
+        try:
+            return MISS_SECONDS * first_read_misses(state, names, hardware.num_cores, layout_rewrite) / warm
+        except ValueError:          # (ir.lower's LoweringError, a step's InvalidStep)
+            return math.inf
 
-    if cost(states[0]) <= MISS_BUDGET:
+    first = cost(states[0])
+    if first <= MISS_BUDGET or first == math.inf:
         return 0
     within = None
     for k in range(1, len(states)):

@@ -135,3 +135,19 @@ def test_prefer_prefetched_leaves_gpu_tasks_and_warm_tasks_alone():
     assert C.prefer_prefetched(gpu, [two_line_walk(dag), row_walk(dag)], [1.0, 0.9]) == 0
     small = matmul(8, 16, 32)
     assert C.prefer_prefetched(ir.SearchTask(small, layout_rewrite=False), [small.init_state()], [1.0]) == 0
+
+
+def test_a_program_that_does_not_lower_is_never_the_replacement(monkeypatch):
+    from ir.lower import LoweringError
+    dag, task = cold_task()
+    walks, streams, broken = two_line_walk(dag), row_walk(dag), row_walk(dag)
+    counted = C.first_read_misses
+
+    def misses(state, *args, **kwargs):
+        if state is broken:
+            raise LoweringError("cannot lower this one")
+        return counted(state, *args, **kwargs)
+
+    monkeypatch.setattr(C, "first_read_misses", misses)
+    assert C.prefer_prefetched(task, [walks, broken, streams], [1.0, 0.9, 0.8]) == 2
+    assert C.prefer_prefetched(task, [broken, streams], [1.0, 0.9]) == 0
