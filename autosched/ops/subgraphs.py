@@ -1,7 +1,7 @@
 """The paper's subgraph benchmarks: ConvLayer (conv + bias + batch norm + ReLU) and TBS;
 the residual block's tail that ResNets fuse (conv + bias + shortcut + ReLU); and the fused
 tasks that partitioning real models makes (an anchor with its epilogue: ``dense_chain``,
-``conv2d_chain``, ``depthwise_chain``, ``se_gate``), stage for stage as the ONNX importer
+``conv2d_chain``, ``winograd_chain``, ``depthwise_chain``, ``se_gate``), stage for stage as the ONNX importer
 builds them, so that the base model can be trained on their families.
 
 They exist to test fusion: the elementwise tail of ConvLayer must be inlined into or
@@ -19,6 +19,7 @@ import numpy as np
 import ir
 
 from . import reference as ref
+from . import winograd
 from .common import as_tuple, check_dims, numel, out_size, parse_layout
 from .conv import conv, depthwise_conv2d
 from .elementwise import (add, bias_add, channelwise, erf, hard_sigmoid, hard_swish, multiply, relu, scalar_op,
@@ -248,6 +249,25 @@ def conv2d_chain_workload(N, H, W, CI, CO, kernel, stride=1, padding=0, groups=1
     data = ir.placeholder((N, H, W, CI), dtype, name="data")
     weight = ir.placeholder((*kernel, CI // groups, CO), dtype, name="weight", constant=weight_constant)
     extra, out = apply_epilogue(conv(data, weight, stride, padding, 1, groups, "NHWC"), stages, weight_constant)
+    return [data, weight, *extra, out]
+
+
+def _winograd_chain_reference(ins, p):
+    out = winograd.reference(ins[0], ins[1], p.padding, None, p.tile)
+    return [epilogue_reference(out, epilogue_stages(p.epilogue, ""), ins[2:])]
+
+
+@operator("winograd_chain", reference=_winograd_chain_reference,
+          flops=lambda ts, p: 2 * numel(ts[-1].shape) * p.CI * 9 + _epilogue_flops(ts, p))
+def winograd_chain_workload(N, H, W, CI, CO, padding=1, tile=2, epilogue="bias-relu", weight_constant=True,
+                            dtype="float32"):
+    """A network's 3x3 stride-1 convolution task once ``graph.passes.use_winograd`` made it
+    ``conv2d_winograd`` (its weight the transformed one, ((tile+2)², CI, CO)), then ``epilogue``."""
+    check_dims("winograd_chain", N=N, H=H, W=W, CI=CI, CO=CO)
+    stages = epilogue_stages(epilogue, "winograd_chain")
+    data = ir.placeholder((N, H, W, CI), dtype, name="data")
+    weight = ir.placeholder(((tile + 2) ** 2, CI, CO), dtype, name="weight", constant=weight_constant)
+    extra, out = apply_epilogue(winograd.conv2d_winograd(data, weight, padding, tile=tile), stages, weight_constant)
     return [data, weight, *extra, out]
 
 

@@ -159,6 +159,9 @@ CASES = [
     # channels of 8 x an odd number, as the training workloads of that kind (and MobileNet-V3)
     case("depthwise_chain", 1, 6, 6, 24, 5, padding=2, epilogue="bias-relu"),
     case("conv2d_chain", 1, 4, 4, 24, 8, 1, epilogue="bias-residual"),
+    # a residual block's 3x3 convolution after the Winograd rewrite, odd map (a partial tile)
+    case("winograd_chain", 1, 5, 5, 4, 8, epilogue="bias-residual-relu"),
+    case("winograd_chain", 1, 4, 6, 3, 5, epilogue="bias-relu"),
     case("se_gate", 4, 4, 3, 6),
     case("se_gate", 3, 5, 2, 4, gate="sigmoid"),
 ]
@@ -470,6 +473,7 @@ def test_a_chain_names_its_tensors_apart(epilogue):
     """A runner passes arrays by tensor name: an input named as the output would be overwritten."""
     for w in (ops.workload("dense_chain", 2, 4, 3, epilogue=epilogue),
               ops.workload("conv2d_chain", 1, 3, 3, 2, 2, 1, epilogue=epilogue),
+              ops.workload("winograd_chain", 1, 3, 3, 2, 2, epilogue=epilogue),
               ops.workload("depthwise_chain", 1, 3, 3, 2, 3, padding=1, epilogue=epilogue)):
         names = [t.name for t in w.tensors]
         assert len(set(names)) == len(names), names
