@@ -1,8 +1,8 @@
 """The paper's subgraph benchmarks: ConvLayer (conv + bias + batch norm + ReLU) and TBS;
 the residual block's tail that ResNets fuse (conv + bias + shortcut + ReLU); and the fused
 tasks that partitioning real models makes (an anchor with its epilogue: ``dense_chain``,
-``conv2d_chain``, ``winograd_chain``, ``depthwise_chain``, ``se_gate``), stage for stage as the ONNX importer
-builds them, so that the base model can be trained on their families.
+``conv2d_chain``, ``winograd_chain``, ``depthwise_chain``, ``se_gate``), stage for stage as
+the ONNX importer builds them, so that the base model can be trained on their families.
 
 They exist to test fusion: the elementwise tail of ConvLayer must be inlined into or
 computed at the convolution, and TBS's transposes into the batch matmul, which softmax
