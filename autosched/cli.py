@@ -26,6 +26,7 @@ from . import graph, networks, ops
 from .graph import onnx_baselines as B
 from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .history.base_model import TOP_WEIGHT as BASE_MODEL_TOP_WEIGHT
+from .history.model_check import MAX_MEMBERS
 from .graph.zoo import ALIASES, NETWORKS
 from .options import TuneOptions
 from .history.records import KIND, is_tuning_log, read_records
@@ -883,6 +884,10 @@ def add_pretrain(sub) -> None:
                      help="weight the ranking towards the order of the fast programs: a pair of programs counts "
                           "by the faster one's throughput (over the workload's best) to this power "
                           f"(default {BASE_MODEL_TOP_WEIGHT:g}: every pair alike)")
+    pre.add_argument("--members", type=count("--members", 1), default=1,
+                     help="train this many models, each on a bootstrap resample of the programs, into one file "
+                          "that ranks by their mean: steadier picks on workloads unlike the logs' "
+                          "(default 1: one model)")
     _add_seed(pre)
     pre.set_defaults(fn=cmd_pretrain)
 
@@ -895,14 +900,18 @@ def cmd_pretrain(args) -> int:
     if caught:
         print(f"# skipped {len(caught)} line(s) that are not records, e.g. {str(caught[0].message)[:160]}",
               file=sys.stderr)
+    if args.members > MAX_MEMBERS:
+        raise UsageError(f"--members {args.members}: a base model holds at most {MAX_MEMBERS} members")
     t0 = time.perf_counter()
     try:
-        model, info = pretrain(records, seed=args.seed, rounds=args.rounds, top_weight=args.top_weight)
+        model, info = pretrain(records, seed=args.seed, rounds=args.rounds, top_weight=args.top_weight,
+                               members=args.members)
     except ValueError as err:
         raise UsageError(str(err)) from None
     model.save(args.output)
     skipped = "".join(f"; skipped {n} ({why})" for why, n in info["skipped"].items())
-    print(f"# {args.output}: {model.rounds} trees trained on {info['programs']} programs of {info['workloads']} "
+    trees = " + ".join(str(m.rounds) for m in getattr(model, "members", [model]))
+    print(f"# {args.output}: {trees} trees trained on {info['programs']} programs of {info['workloads']} "
           f"workload(s) from {len(args.logs)} log(s){skipped}; {time.perf_counter() - t0:.0f} s\n"
           f"# use it: {PROG} tune ... --base-model {args.output}  (or {BASE_MODEL_ENV}={args.output})")
     return 0

@@ -56,7 +56,8 @@ def family(label: str) -> str:
         if p["H"] == p["W"] == 1:
             return "squeeze-excitation"
         return "grouped conv" if p["groups"] > 1 else f"{p['kernel']}x{p['kernel']} conv"
-    return {"depthwise_chain": "depthwise conv", "se_gate": "squeeze-excitation",
+    return {"depthwise_chain": "depthwise conv", "winograd_chain": "3x3 conv (Winograd)",
+            "se_gate": "squeeze-excitation",
             "global_avg_pool2d": "squeeze-excitation", "layer_norm": "layer norm",
             "batch_matmul": "attention batch matmul"}[op]
 

@@ -6,7 +6,7 @@
     tar xzf bench/data/training_records.tar.gz -C /tmp; tar xzf bench/data/training_records_avx512.tar.gz -C /tmp
     python -m autosched pretrain /tmp/training/*.json -o autosched/data/base_model.json
     python -m autosched pretrain /tmp/training/*.json /tmp/training_avx512/*.json --top-weight 1 \
-        -o autosched/data/base_model_avx512.json
+        --members 4 -o autosched/data/base_model_avx512.json
 
 The base model that ships inside the package must rank programs of workloads it has never
 seen, so it is trained on records of *other* shapes than those the benchmarks evaluate:
@@ -22,7 +22,7 @@ predate that check, and one of them, DEP-1x112x112x16-k3s1p1, is MobileNet-V3-La
 first depthwise layer. ``autosched.history.base_model.training_workloads`` is
 that list; ``check_disjoint`` enforces it. The logs of the shipped models are
 ``bench/data/training_records.tar.gz`` (both) and ``bench/data/training_records_avx512.tar.gz``
-(the AVX-512 one: tunings and two to four rounds of ``--picks 16`` made on Zen 5 VMs).
+(the AVX-512 one: tunings and two to six rounds of ``--picks 16`` made on Zen 5 VMs).
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
 Workloads in ``base_model.COLD_WEIGHT_TRAINING`` are timed as a network's tasks are, with

@@ -7,10 +7,14 @@ than those the benchmarks evaluate, measured on AVX2 and AVX-512 CPUs.
 ``data/base_model.json`` ranks programs for 8-lane (AVX2) targets; it learnt the logs in
 ``bench/data/training_records.tar.gz``. ``data/base_model_avx512.json`` ranks them for
 16-lane (AVX-512) ones: it learnt those logs and ``bench/data/training_records_avx512.tar.gz``
-(AVX-512 tunings of the ``AVX512_ONLY_TRAINING`` workloads, and two to four rounds of its
+(AVX-512 tunings of the ``AVX512_ONLY_TRAINING`` workloads, and two to six rounds of its
 predecessors' own picks on every model-family workload), with its rank pairs weighted towards the fast
 programs (``--top-weight 1``). On an AVX-512 CPU the AVX2 model's pick sat near the bottom
-of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid.
+of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid. It is
+an ensemble of four models, each trained on a bootstrap resample of the programs
+(``--members 4``), that ranks by their mean: every single model retrained on more records
+moved its picks by up to 9x in families it had learnt nothing new of (BENCHMARKS.md,
+2026-11-28 and 29).
 ``pretrain(records)`` trains one from the records of any tuning logs: each record's program
 is replayed on its workload, rebuilt from the record's workload key (``rebuild_workload``);
 ``load_base_model`` gives the model a tuning starts from (``AUTOSCHED_BASE_MODEL`` chooses
@@ -25,12 +29,12 @@ import warnings
 from collections.abc import Iterable
 
 import ir
-from evolution import XGBoostModel
+from evolution import XGBoostEnsemble, XGBoostModel
 from evolution.features import N_FEATURES
 
 from .. import ops
 from ..files import MAX_BASE_MODEL_BYTES, read_bounded
-from .model_check import check_xgboost_json
+from .model_check import checked_members
 
 _DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 #: the model file shipped with the package for AVX2 (8-lane) targets, and the default elsewhere
@@ -159,6 +163,21 @@ MODEL_FAMILY_OPERATORS = {
     # GPT-2's Conv1D layers: two-dimensional rows, the bias alone fused (its GELU is a reshape away)
     "dense_chain-96x1024x4096-bias": ("dense_chain", ((96,), 1024, 4096), {"epilogue": "bias"}),
     "dense_chain-96x4096x1024-bias": ("dense_chain", ((96,), 4096, 1024), {"epilogue": "bias"}),
+    # ResNets' 3x3 stride-1 layers as a network runs them (Winograd on the transformed weight,
+    # its epilogue fused, the weight from memory), tuned on an AVX-512 CPU: the models before had
+    # learnt Winograd from bare operators timed warm, and picked 1.5x slower than the best of
+    # their own 16 for ResNet-50's 7x7x512 layers; and a convolution in groups of 4 channels
+    # (ResNeXt's are of 4 to 32)
+    "winograd_chain-1x48x48x64x64-bias-relu": ("winograd_chain", (1, 48, 48, 64, 64), {"epilogue": "bias-relu"}),
+    "winograd_chain-1x32x32x96x96-bias-relu": ("winograd_chain", (1, 32, 32, 96, 96), {"epilogue": "bias-relu"}),
+    "winograd_chain-1x24x24x112x112-bias-residual-relu":
+        ("winograd_chain", (1, 24, 24, 112, 112), {"epilogue": "bias-residual-relu"}),
+    "winograd_chain-1x12x12x224x224-bias-relu": ("winograd_chain", (1, 12, 12, 224, 224), {"epilogue": "bias-relu"}),
+    "winograd_chain-1x10x10x176x352-bias-relu": ("winograd_chain", (1, 10, 10, 176, 352), {"epilogue": "bias-relu"}),
+    "winograd_chain-1x7x7x640x640-bias-residual-relu":
+        ("winograd_chain", (1, 7, 7, 640, 640), {"epilogue": "bias-residual-relu"}),
+    "conv2d_chain-1x48x48x96x96-k3g24-bias-relu":
+        ("conv2d_chain", (1, 48, 48, 96, 96, 3, 1, 1, 24), {"epilogue": "bias-relu"}),
 }
 
 #: operator workloads by label: (operator, args, kwargs)
@@ -193,11 +212,14 @@ AVX512_ONLY_TRAINING = frozenset(("conv2d_chain-1x24x24x160x160-k3-bias-relu", "
                                   "conv2d_chain-1x10x10x184x184-k1-bias-relu",
                                   "conv2d_chain-1x48x48x20x44-k1-bias-relu",
                                   "conv2d_chain-1x5x5x368x1024-k1-bias-relu",
-                                  "conv2d_chain-1x5x5x800x144-k1-bias-residual"))
+                                  "conv2d_chain-1x5x5x800x144-k1-bias-residual",
+                                  "conv2d_chain-1x48x48x96x96-k3g24-bias-relu",
+                                  *(label for label in MODEL_FAMILY_OPERATORS if label.startswith("winograd_chain"))))
 #: training workloads that are a network's fused tasks (``ops.subgraphs``' chains and gates):
 #: tuned as ``tune_networks`` tunes a model's tasks, with the layout rewrite of their weights
 NETWORK_TASK_TRAINING = frozenset(label for label, (op, _, _) in TRAINING_OPERATORS.items()
-                                  if op in ("dense_chain", "conv2d_chain", "depthwise_chain", "se_gate"))
+                                  if op in ("dense_chain", "conv2d_chain", "depthwise_chain", "se_gate",
+                                            "winograd_chain"))
 #: training workloads timed as a network's tasks are (``LocalRunner(cold_constants=True)``:
 #: weights evicted before each call, as a network whose weights exceed the last-level
 #: cache runs them), so that the model also learns which programs stream weights well:
@@ -292,19 +314,26 @@ TOP_WEIGHT = 0.0
 
 
 def rank_model(seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
-               verbose: bool = False, top_weight: float = TOP_WEIGHT) -> XGBoostModel:
+               verbose: bool = False, top_weight: float = TOP_WEIGHT,
+               members: int = 1) -> XGBoostModel | XGBoostEnsemble:
     """An untrained model of the base model's kind: the rank objective (its pairs weighted
     towards the fast programs by ``top_weight``), at most ``rounds`` trees of depth
-    ``max_depth``, trained at its first update."""
-    return XGBoostModel(objective="rank", seed=seed, num_warmup_sample=1, params={"max_depth": max_depth},
-                        max_rounds=rounds, verbose=verbose, top_weight=top_weight)
+    ``max_depth``, trained at its first update; ``members`` > 1: an ensemble of that many,
+    each trained on a bootstrap resample of the programs, that ranks by their mean."""
+    settings = dict(num_warmup_sample=1, params={"max_depth": max_depth}, max_rounds=rounds, verbose=verbose,
+                    top_weight=top_weight)
+    if members > 1:
+        return XGBoostEnsemble(members, "rank", seed=seed, **settings)
+    return XGBoostModel(objective="rank", seed=seed, **settings)
 
 
 def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
-             verbose: bool = False, top_weight: float = TOP_WEIGHT) -> tuple[XGBoostModel, dict]:
+             verbose: bool = False, top_weight: float = TOP_WEIGHT,
+             members: int = 1) -> tuple[XGBoostModel | XGBoostEnsemble, dict]:
     """A rank model trained on tuning ``records`` (``autosched.TuningRecord``s, e.g. the
     ``read_records`` of some logs), of at most ``rounds`` trees of depth ``max_depth``, its
-    pairs weighted towards the fast programs by ``top_weight`` (``rank_model``).
+    pairs weighted towards the fast programs by ``top_weight``, an ensemble of ``members``
+    when more than one (``rank_model``).
     Returns it and what it was trained on: {"records", "programs", "workloads", "skipped":
     {why: count}}. ``ValueError`` when no record can be used."""
     records = list(records)
@@ -318,7 +347,7 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
     if not any(cost is not None for _, _, cost in programs):
         raise ValueError(f"no usable record among {len(records)} record(s): "
                          f"{skipped or 'none is a valid measurement'}")
-    model = rank_model(seed, rounds, max_depth, verbose, top_weight)
+    model = rank_model(seed, rounds, max_depth, verbose, top_weight, members)
     model.update(programs)
     info = {"records": len(records), "programs": len(programs),
             "workloads": len({task.workload_key for task, _, _ in programs}), "skipped": skipped}
@@ -326,18 +355,20 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str) -> XGBoostModel:
+def _load(path: str) -> XGBoostModel | XGBoostEnsemble:
     data = read_bounded(path, "base cost model", MAX_BASE_MODEL_BYTES)
     if path.endswith(".json"):   # (XGBoost trusts its indices: a damaged tree crashes the process)
-        check_xgboost_json(data, N_FEATURES)
+        members = [XGBoostModel.from_file(raw, objective="rank") for raw in checked_members(data, N_FEATURES)]
     elif path not in SHIPPED_MODELS.values():
         raise ValueError("a base model given must be XGBoost's JSON format (.json), whose trees autosched checks "
                          "before XGBoost reads them")
-    model = XGBoostModel.from_file(path, objective="rank")
-    got = model.booster.num_features() if model.booster is not None else None
-    if got != N_FEATURES:   # (a model of other features fails at the first prediction, deep in a search)
-        raise ValueError(f"it ranks programs by {got} features; this autosched's have {N_FEATURES}")
-    return model
+    else:
+        members = [XGBoostModel.from_file(path, objective="rank")]
+    for model in members:
+        got = model.booster.num_features() if model.booster is not None else None
+        if got != N_FEATURES:   # (a model of other features fails at the first prediction, deep in a search)
+            raise ValueError(f"it ranks programs by {got} features; this autosched's have {N_FEATURES}")
+    return members[0] if len(members) == 1 else XGBoostEnsemble.from_members(members)
 
 
 def shipped_model_path(hardware=None) -> str:
@@ -365,11 +396,11 @@ def base_model_path(spec="default", hardware=None) -> str | None:
     return path
 
 
-def load_base_model(spec="default", hardware=None) -> XGBoostModel | None:
+def load_base_model(spec="default", hardware=None) -> XGBoostModel | XGBoostEnsemble | None:
     """The base model ``spec`` names for programs of ``hardware`` (see ``base_model_path``),
-    or an ``XGBoostModel`` given as it is; None for no base model. Loaded once per process
-    and file."""
-    if isinstance(spec, XGBoostModel):
+    or an ``XGBoostModel`` or ``XGBoostEnsemble`` given as it is; None for no base model.
+    Loaded once per process and file."""
+    if isinstance(spec, (XGBoostModel, XGBoostEnsemble)):
         return spec
     path = base_model_path(spec, hardware)
     if path is None:

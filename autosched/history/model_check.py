@@ -2,15 +2,20 @@
 its own JSON format, so a tree whose parent or child index points outside the tree, or
 back up it (a damaged or crafted base model), crashes the process with a segmentation
 fault, at load or at the first prediction. A base model may come from someone else: its trees are checked
-here first, every index against its tree's size and the number of features."""
+here first, every index against its tree's size and the number of features (every member's, in
+an ensemble's file)."""
 from __future__ import annotations
 
 import json
+
+from evolution.cost_model import ENSEMBLE_KEY
 
 #: a tree's root has this parent (XGBoost's "no parent")
 NO_PARENT = 2147483647
 #: nodes of one tree, trees of one model (the shipped model: 125 nodes, 200 trees)
 MAX_NODES, MAX_TREES = 1 << 20, 1 << 16
+#: members of one ensemble's file (the shipped AVX-512 model has 4)
+MAX_MEMBERS = 64
 PER_NODE = ("left_children", "right_children", "parents", "split_indices", "split_conditions", "default_left",
             "base_weights", "loss_changes", "sum_hessian", "split_type")
 
@@ -19,11 +24,34 @@ class DamagedModel(ValueError):
     """An XGBoost model file whose structure is inconsistent: not handed to XGBoost."""
 
 
-def check_xgboost_json(data: bytes, n_features: int) -> None:
-    """Raise ``DamagedModel`` saying what is wrong unless ``data`` is an XGBoost JSON model
-    of trees whose indices all lie in range (``n_features`` features)."""
+def checked_members(data: bytes, n_features: int) -> list[bytes]:
+    """The XGBoost JSON models of a base model file, each checked (``check_xgboost_json``):
+    the file itself, or the members of an ensemble's file (``evolution.cost_model.ENSEMBLE_KEY``,
+    at most ``MAX_MEMBERS``). ``DamagedModel`` saying what is wrong otherwise."""
     try:
         model = json.loads(data)
+    except ValueError as err:
+        raise DamagedModel(f"not a JSON model ({type(err).__name__}: {str(err)[:120]})") from None
+    if not isinstance(model, dict) or ENSEMBLE_KEY not in model:
+        check_xgboost_json(model, n_features)
+        return [data]
+    members = model.get("members")
+    if not isinstance(members, list) or not 1 <= len(members) <= MAX_MEMBERS:
+        raise DamagedModel(f"an ensemble's file whose 'members' is not a list of 1 to {MAX_MEMBERS} models")
+    for number, member in enumerate(members):
+        try:
+            check_xgboost_json(member, n_features)
+        except DamagedModel as err:
+            raise DamagedModel(f"member {number}: {err}") from None
+    return [json.dumps(member).encode() for member in members]
+
+
+def check_xgboost_json(data, n_features: int) -> None:
+    """Raise ``DamagedModel`` saying what is wrong unless ``data`` (the file's bytes, or
+    their parsed JSON) is an XGBoost JSON model of trees whose indices all lie in range
+    (``n_features`` features)."""
+    try:
+        model = json.loads(data) if isinstance(data, (bytes, bytearray, str)) else data
         learner = model["learner"]
         params = learner["learner_model_param"]
         booster = learner["gradient_booster"]

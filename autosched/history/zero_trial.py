@@ -127,22 +127,19 @@ def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | N
 
 
 def _one_thread(model) -> None:
-    while model is not None:
-        if getattr(model, "booster", None) is not None:
-            model.booster.set_param({"nthread": 1})
-        model = getattr(model, "base_model", None)
+    for booster in getattr(model, "boosters", list)():
+        booster.set_param({"nthread": 1})
 
 
 def model_identity(model) -> str | None:
-    """A digest of ``model``'s trees (and of its base model's): what tells one base model
-    from another wherever its file lies; None for a model without trees."""
+    """A digest of ``model``'s trees (its base model's and an ensemble's members' too): what
+    tells one base model from another wherever its file lies; None for a model without trees."""
+    boosters = getattr(model, "boosters", list)()
+    if not boosters:
+        return None
     digest = hashlib.sha256()
-    while model is not None:
-        booster = getattr(model, "booster", None)
-        if booster is None:
-            return None
+    for booster in boosters:
         digest.update(bytes(booster.save_raw("ubj")))
-        model = getattr(model, "base_model", None)
     return digest.hexdigest()[:32]
 
 

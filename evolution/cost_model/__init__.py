@@ -3,8 +3,8 @@ with the pack-sum or rank objective, an XGBoost ensemble with uncertainty, and a
 model for ablation."""
 from .base import CostModel, MeasuredProgram, TrainingSet, normalized_throughputs, pack, task_key
 from .metrics import pairwise_accuracy, r2, recall_at_k, rmse
-from .xgb_model import OBJECTIVES, RandomModel, XGBoostEnsemble, XGBoostModel, expected_improvement
+from .xgb_model import ENSEMBLE_KEY, OBJECTIVES, RandomModel, XGBoostEnsemble, XGBoostModel, expected_improvement
 
 __all__ = ["CostModel", "MeasuredProgram", "TrainingSet", "normalized_throughputs", "pack", "task_key",
            "pairwise_accuracy", "r2", "recall_at_k", "rmse",
-           "OBJECTIVES", "RandomModel", "XGBoostEnsemble", "XGBoostModel", "expected_improvement"]
+           "ENSEMBLE_KEY", "OBJECTIVES", "RandomModel", "XGBoostEnsemble", "XGBoostModel", "expected_improvement"]

@@ -180,6 +180,10 @@ class XGBoostModel(CostModel):
     def save(self, path: str) -> None:
         """Write the trained booster (XGBoost's JSON or UBJ by the file's extension) with this
         model's settings as attributes. The training set is not saved: keep the records."""
+        self._stamped().save_model(path)
+
+    def _stamped(self):
+        """The trained booster, this model's settings set as its attributes."""
         if self.booster is None:
             raise ValueError("save: the model is not trained yet (it has seen "
                              f"{len(self.data)} programs, warm-up is {self.num_warmup_sample})")
@@ -188,30 +192,46 @@ class XGBoostModel(CostModel):
                              "train one model on all records instead")
         self.booster.set_attr(autosched=json.dumps({"objective": self.objective, "n_features": N_FEATURES,
                                                     "rounds": self.rounds}))
-        self.booster.save_model(path)
+        return self.booster
 
-    def load(self, path: str) -> "XGBoostModel":
-        """Read a booster written by ``save`` (the objective comes from the file)."""
+    def load(self, path) -> "XGBoostModel":
+        """Read a booster written by ``save`` (the objective comes from the file): from a file,
+        or from the file's bytes (one member of an ensemble's file)."""
         import xgboost as xgb
         booster = xgb.Booster()
-        booster.load_model(path)
+        raw = isinstance(path, (bytes, bytearray))
+        booster.load_model(bytearray(path) if raw else path)
         meta = json.loads(booster.attr("autosched") or "{}")
         if meta.get("n_features", N_FEATURES) != N_FEATURES:
-            raise ValueError(f"{path}: a model of {meta['n_features']} features; this autosched has {N_FEATURES}")
+            raise ValueError(f"{'the model' if raw else path}: a model of {meta['n_features']} features; "
+                             f"this autosched has {N_FEATURES}")
         self.objective = meta.get("objective", self.objective)
         self.rounds = meta.get("rounds", booster.num_boosted_rounds())
         self.booster = booster
         return self
 
     @classmethod
-    def from_file(cls, path: str, **kwargs) -> "XGBoostModel":
+    def from_file(cls, path, **kwargs) -> "XGBoostModel":
         return cls(**kwargs).load(path)
+
+    def boosters(self) -> list:
+        """Its trained boosters, its base model's first (what a digest of the model covers)."""
+        own = [self.booster] if self.booster is not None else []
+        return (self.base_model.boosters() if self.base_model is not None else []) + own
+
+
+#: the key that marks an ensemble's file (``XGBoostEnsemble.save``): a JSON object of this
+#: key (the members' objective and count) and "members", each an XGBoost JSON model as
+#: ``XGBoostModel.save`` writes it
+ENSEMBLE_KEY = "autosched_ensemble"
 
 
 class XGBoostEnsemble(CostModel):
     """AdaTune's surrogate with uncertainty: ``n_members`` XGBoost models, each trained on a
     bootstrap resample of the measured programs; the score is their mean and the
-    uncertainty their standard deviation (see ``expected_improvement``)."""
+    uncertainty their standard deviation (see ``expected_improvement``). Also a base model:
+    the mean of models trained on resamples of the same records ranks more steadily than
+    any one of them (``autosched pretrain --members``)."""
 
     def __init__(self, n_members: int = 5, objective: str = "pack-sum", *, num_warmup_sample: int = 100,
                  seed=None, extractor: FeatureExtractor | None = None, **kwargs):
@@ -241,6 +261,32 @@ class XGBoostEnsemble(CostModel):
         clone.data, clone.extractor = TrainingSet(), None
         clone.members = [m.predictor() for m in self.members]
         return clone
+
+    @classmethod
+    def from_members(cls, members: list) -> "XGBoostEnsemble":
+        """An ensemble of trained ``XGBoostModel``s (those of an ensemble's file)."""
+        ensemble = cls(max(len(members), 2), members[0].objective, num_warmup_sample=0)
+        ensemble.members = list(members)
+        return ensemble
+
+    @property
+    def objective(self) -> str:
+        return self.members[0].objective
+
+    def boosters(self) -> list:
+        return [b for m in self.members for b in m.boosters()]
+
+    def save(self, path: str) -> None:
+        """Write every member (XGBoost's JSON, as ``XGBoostModel.save``) into one JSON file
+        (``ENSEMBLE_KEY``)."""
+        raw = [bytes(m._stamped().save_raw("json")) for m in self.members]
+        head = json.dumps({ENSEMBLE_KEY: {"objective": self.objective, "members": len(raw)}})[:-1].encode()
+        with open(path, "wb") as f:
+            f.write(head + b',"members":[' + b",".join(raw) + b"]}")
+
+    def predict_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The members' mean per-statement scores (as the base model of a tuning's model)."""
+        return np.mean([m.predict_rows(rows) for m in self.members], axis=0)
 
     def _member_scores(self, features) -> np.ndarray:
         return np.stack([m.predict_features(features) for m in self.members])

@@ -28,8 +28,9 @@ def test_every_model_family_workload_has_a_family_of_the_brief():
     assert got["conv2d_chain-1x12x12x256x256-k3g16-bias-relu"] == "grouped conv"
     assert got["conv2d_chain-1x24x24x40x240-k1-bias-hard_swish"] == "1x1 conv"
     assert set(got.values()) == {"dense, one row (classifier)", "dense (MLP, projection)", "squeeze-excitation",
-                                 "grouped conv", "1x1 conv", "3x3 conv", "depthwise conv", "layer norm",
-                                 "attention batch matmul"}
+                                 "grouped conv", "1x1 conv", "3x3 conv", "3x3 conv (Winograd)", "depthwise conv",
+                                 "layer norm", "attention batch matmul"}
+    assert got["winograd_chain-1x7x7x640x640-bias-residual-relu"] == "3x3 conv (Winograd)"
     assert got["conv2d_chain-1x20x20x320x320-k3s2-bias-relu"] == "3x3 conv"
 
 

@@ -4,6 +4,7 @@ contracts (update/predict, warm-up, -inf for programs that do not lower, save/lo
 transfer, ensemble uncertainty, expected improvement, metrics)."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -11,9 +12,9 @@ import pytest
 
 import ir
 from evolution import N_FEATURES
-from evolution.cost_model import (MeasuredProgram, RandomModel, TrainingSet, XGBoostEnsemble, XGBoostModel,
-                                  expected_improvement, normalized_throughputs, pack, pairwise_accuracy, r2,
-                                  recall_at_k, rmse)
+from evolution.cost_model import (ENSEMBLE_KEY, MeasuredProgram, RandomModel, TrainingSet, XGBoostEnsemble,
+                                  XGBoostModel, expected_improvement, normalized_throughputs, pack, pairwise_accuracy,
+                                  r2, recall_at_k, rmse)
 from evolution.cost_model import objectives as O
 
 FAST = {"max_rounds": 60, "early_stopping_rounds": 10}
@@ -228,6 +229,27 @@ def test_ensemble_uncertainty_and_expected_improvement():
     np.testing.assert_allclose(ei, [1 / math.sqrt(2 * math.pi), 0.0, 1.0, 0.0])
     # more uncertainty, more expected improvement at the same mean
     assert expected_improvement([0.5], [2.0], 1.0)[0] > expected_improvement([0.5], [0.5], 1.0)[0] > 0
+
+
+def test_an_ensemble_file_holds_its_members_and_ranks_by_their_mean(tmp_path):
+    data = synthetic(120)
+    ens = XGBoostEnsemble(3, "rank", seed=0, **FAST)
+    ens.fit(data)
+    path = str(tmp_path / "ens.json")
+    ens.save(path)
+    saved = json.loads(open(path).read())
+    assert saved[ENSEMBLE_KEY] == {"objective": "rank", "members": 3} and len(saved["members"]) == 3
+    members = [XGBoostModel.from_file(json.dumps(m).encode()) for m in saved["members"]]
+    loaded = XGBoostEnsemble.from_members(members)
+    assert loaded.objective == "rank" and len(loaded.boosters()) == 3
+    np.testing.assert_allclose(loaded.predict_features(data.features), ens.predict_features(data.features), rtol=1e-6)
+    rows, _ = pack(data.features)
+    np.testing.assert_allclose(loaded.predict_rows(rows), np.mean([m.predict_rows(rows) for m in ens.members], 0),
+                               rtol=1e-6)
+    # as a tuning's base model: its mean is where the task's own model starts
+    local = XGBoostModel(seed=0, base_model=loaded, **FAST)
+    np.testing.assert_allclose(local.predict_features(data.features), loaded.predict_features(data.features))
+    assert len(local.boosters()) == 3
 
 
 def test_random_model_is_seeded():
