@@ -82,7 +82,7 @@ from autosched.history.base_model import load_base_model  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
 from autosched.graph import onnx_zoo  # noqa: E402
 from autosched.graph.executor import default_schedule  # noqa: E402
-from autosched.history.zero_trial import CANDIDATES, ranked_programs, zero_trial_program  # noqa: E402
+from autosched.history.zero_trial import CANDIDATES, ranked_programs, shared_in_family, zero_trial_program  # noqa: E402
 from autosched.measure import ProgramMeasurer  # noqa: E402
 from ir.cpu.runtime import can_evict, evict_from_caches, native_timer  # noqa: E402
 from evolution import SearchParams  # noqa: E402
@@ -307,8 +307,10 @@ SMOKE_SEARCH = SearchParams(population=24, generations=1, init_min_population=8,
 
 
 def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, dict]:
-    """The zero-trial program of every task (by workload key) and the seconds each search
-    took (``params``: the search's, default each task's ``autosched.history.zero_trial.zero_trial_params``)."""
+    """The zero-trial program of every task (by workload key), each search's, then shared in
+    its operator family as ``ZeroTrial.programs`` does (``shared_in_family``), and the seconds
+    each search took (``params``: the search's, default each task's
+    ``autosched.history.zero_trial.zero_trial_params``)."""
     states, seconds = {}, {}
     for k, w in enumerate(part.tasks):
         t0 = time.perf_counter()
@@ -318,7 +320,7 @@ def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, d
         except ValueError as err:
             say(f"# task {k}: no zero-trial program ({err}); it runs a default schedule")
         seconds[w.workload_key] = time.perf_counter() - t0
-    return states, seconds
+    return shared_in_family([w.search_task() for w in part.tasks], states, model), seconds
 
 
 @contextlib.contextmanager

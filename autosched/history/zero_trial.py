@@ -15,11 +15,13 @@ remembered in the records database (``ZeroTrialEntry``, a line of kind ``zero_tr
 under its workload, target, base model (a digest of its trees) and search
 (``search_identity``): the next load of the model replays the steps, no search. It never
 counts as a measurement: every reader of measured records skips it (``records.KIND``).
+Then a model's tasks of one operator family share their picks (``shared_in_family``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections import Counter
@@ -30,8 +32,10 @@ from dataclasses import dataclass
 import ir
 from evolution import SearchParams, SketchPolicy
 from evolution.cold_reads import prefer_prefetched
+from evolution.transfer import adapt_programs
 from sketch_rules import search_space
 from sketch_rules.analysis import parallel_region_starts
+from task_scheduler import similarity_tag
 
 from .. import __version__
 from .base_model import load_base_model
@@ -68,6 +72,9 @@ SMALL_TASK_PARAMS = SearchParams(population=64, generations=2, init_min_populati
 SEARCH_VERSION = 11
 #: how many of the search's best predicted programs the zero-trial choice ranks
 CANDIDATES = 16
+#: how many other tasks of a model's operator family offer their picks to a task
+#: (``shared_in_family``): the nearest in flop count
+FAMILY_SOURCES = 8
 #: the kind of the records database's lines that remember zero-trial programs
 ENTRY_KIND = "zero_trial"
 
@@ -105,13 +112,48 @@ def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     options = list(distinct.values())
     if not options:
         raise ValueError(f"the search found no program of {task}")
+    return [options[i] for i in _best_first(task, model, options)[:top]]
+
+
+def _best_first(task: ir.SearchTask, model, options: list) -> list[int]:
+    """The positions of ``options`` (distinct programs of ``task``), the pick first, then
+    the others by ``model``'s score, those that restart parallel regions last (see
+    ``ranked_programs``)."""
     scores = model.predict(task, options)
     restarts = [parallel_region_starts(s) > 1 for s in options]
     order = sorted(range(len(options)), key=lambda i: (restarts[i], -scores[i]))
     alike = [i for i in order if restarts[i] == restarts[order[0]]]
     pick = alike[prefer_prefetched(task, [options[i] for i in alike], [scores[i] for i in alike])]
     order.remove(pick)
-    return [options[i] for i in [pick] + order[:top - 1]]
+    return [pick] + order
+
+
+def shared_in_family(tasks, picks: dict, model) -> dict:
+    """Workload key -> zero-trial program of each of ``tasks`` (``ir.SearchTask``s of one
+    model) that ``picks`` holds: its own search's pick, or the pick of another of the tasks
+    of its operator family (``task_scheduler.similarity_tag``; the ``FAMILY_SOURCES``
+    nearest in flop count), its tile lengths fitted to this task (``evolution.transfer``),
+    where ``model`` ranks that first (``_best_first``). A short search does not find every
+    program the model ranks best: for a dense layer of GPT-2 and one of ConvNeXt the shipped
+    model ranked the program an earlier model's search had found above its own search's by 20 %;
+    a sibling's search may have found it. Each task's options are the other tasks' own
+    picks, so the result does not depend on the tasks' order."""
+    by_key = {key: t for t in tasks if (key := t.workload_key) in picks}   # (a key is a hash of the DAG)
+    family_of = {key: (similarity_tag(t.dag), str(t.target)) for key, t in by_key.items()}
+    log_flops = {key: math.log(max(t.dag.flop_count(), 1.0)) for key, t in by_key.items()}
+    out = dict(picks)
+    for key, task in by_key.items():
+        family = [k for k in by_key if k != key and family_of[key][0] and family_of[k] == family_of[key]]
+        if not family:
+            continue
+        family.sort(key=lambda k: abs(log_flops[k] - log_flops[key]))
+        options = {picks[key].key: picks[key]}
+        for state in adapt_programs([picks[k] for k in family[:FAMILY_SOURCES]], task):
+            options.setdefault(state.key, state)
+        if len(options) > 1:
+            options = list(options.values())
+            out[key] = options[_best_first(task, model, options)[0]]
+    return out
 
 
 def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | None = None,
@@ -232,8 +274,9 @@ class ZeroTrial:
     def programs(self, tasks) -> dict[str, ir.State]:
         """Workload key -> zero-trial program of each of ``tasks`` (``ir.SearchTask``s;
         one per workload key and target), replayed from what is remembered, the others
-        searched at once over ``workers`` processes, largest first. A task whose search
-        fails is left out (``failures`` says why)."""
+        searched at once over ``workers`` processes, largest first; then shared within
+        their operator families (``shared_in_family``: what is remembered is each task's
+        own pick). A task whose search fails is left out (``failures`` says why)."""
         tasks = list({(t.workload_key, str(t.target)): t for t in tasks}.values())
         steps = {self._ident(t): self._steps[self._ident(t)] for t in tasks if self._ident(t) in self._steps}
         missing = [t for t in tasks if self._ident(t) not in steps]
@@ -247,7 +290,7 @@ class ZeroTrial:
             if ident in steps:
                 self._steps[ident] = steps[ident]
                 out[task.workload_key] = ir.State.from_steps(task.dag, steps[ident])
-        return out
+        return shared_in_family(tasks, out, self.model)
 
     @staticmethod
     def _ident(task) -> tuple:

@@ -128,3 +128,33 @@ def test_a_program_that_starts_parallel_regions_repeatedly_is_never_the_zero_tri
     _run(ir.build(task.dag, ranked[0], layout_rewrite=True), task.dag, inputs, outputs)
     for got, want in zip(outputs, w.reference(inputs)):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+class _CountsSteps:
+    """A stand-in model that ranks a program by its number of steps: a searched program
+    above a naive one, whatever the task."""
+
+    def predict(self, task, states):
+        return np.array([float(len(s.steps)) for s in states])
+
+
+def test_a_task_takes_the_pick_of_its_family_adapted_to_it_where_the_model_ranks_that_first():
+    from autosched.history.zero_trial import shared_in_family
+    dense = [ops.workload("dense_chain", (1, 24), 64, n, epilogue="bias-relu") for n in (96, 160)]
+    conv = ops.workload("conv2d_chain", 1, 8, 8, 16, 32, 3, epilogue="bias-relu")
+    tasks = [ir.SearchTask(ir.ComputeDAG(w.tensors), layout_rewrite=True) for w in (*dense, conv)]
+    good = ranked_programs(tasks[1], load_base_model(SHIPPED_MODEL), 0)[0]
+    naive = ir.State.initial(tasks[0].dag)
+    picks = {tasks[0].workload_key: naive, tasks[1].workload_key: good,
+             tasks[2].workload_key: ir.State.initial(tasks[2].dag)}
+    out = shared_in_family(tasks, picks, _CountsSteps())
+    shared = out[tasks[0].workload_key]
+    assert shared.key != naive.key and [type(s) for s in shared.steps] == [type(s) for s in good.steps]
+    assert out[tasks[1].workload_key] is good                       # its own ranked first
+    assert out[tasks[2].workload_key] is picks[tasks[2].workload_key]   # another family: nothing to take
+    again = shared_in_family(tasks[::-1], picks, _CountsSteps())     # the tasks' order does not matter
+    assert {k: s.key for k, s in again.items()} == {k: s.key for k, s in out.items()}
+    rng = np.random.default_rng(3)                                  # what it computes: the dense layer
+    inputs, outputs = dense[0].random_inputs(rng), dense[0].output_buffers()
+    _run(ir.build(tasks[0].dag, shared, layout_rewrite=True), tasks[0].dag, inputs, outputs)
+    np.testing.assert_allclose(outputs[0], dense[0].reference(inputs)[0], rtol=1e-4, atol=1e-4)

@@ -304,3 +304,27 @@ def test_run_and_compile_take_the_records_database_options(tmp_path):
         assert parser.parse_args([command, str(model), "--no-records-db"]).records_db is None
         db = str(tmp_path / "db.jsonl")
         assert parser.parse_args([command, str(model), "--records-db", db]).records_db == db
+
+
+def test_the_database_remembers_each_tasks_own_pick_and_every_load_shares_them(tmp_path, monkeypatch):
+    """What ``programs`` returns is ``shared_in_family`` of the own picks; what the records
+    database holds are the own picks, so a task's entry does not depend on its siblings."""
+    seen = []
+    real = Z.shared_in_family
+
+    def spy(tasks, picks, model):
+        seen.append(_steps(picks))
+        out = real(tasks, picks, model)
+        seen.append(_steps(out))
+        return out
+    monkeypatch.setattr(Z, "shared_in_family", spy)
+    db = tmp_path / "db.jsonl"
+    tasks = [_task(n) for n in TINY[:2]]
+    found = Z.ZeroTrial(_model(), records_db=db, workers=1).programs(tasks)
+    own, shared = seen
+    assert _steps(found) == shared
+    entries = {e["workload_key"]: e["steps"] for e in map(json.loads, db.read_text().splitlines())}
+    assert {k: json.loads(json.dumps(v)) for k, v in own.items()} == entries
+    _no_search(monkeypatch)
+    again = Z.ZeroTrial(_model(), records_db=db, workers=1).programs(tasks)
+    assert _steps(again) == shared and seen[2] == own
