@@ -190,8 +190,8 @@ def test_pretrain_members_make_an_ensemble_that_loads_ranks_by_its_mean_and_is_c
     assert re.search(r"# \S+: \d+ \+ \d+ \+ \d+ trees trained on", capsys.readouterr().out)
     model = B.load_base_model(str(out))
     assert isinstance(model, XGBoostEnsemble) and len(model.members) == 3 and model.objective == "rank"
-    task, state, _ = B.training_programs(read_records(logs[0]))[0]
-    states = [s for _, s, _ in B.training_programs(read_records(logs[0]))[:20]]
+    programs = B.training_programs(read_records(logs[0]))[:20]
+    task, states = programs[0][0], [s for _, s, _ in programs]
     scores = np.array([m.predict(task, states) for m in model.members])
     assert np.ptp(scores, axis=0).max() > 0         # the members differ (each its own resample)
     np.testing.assert_allclose(model.predict(task, states), scores.mean(0))
