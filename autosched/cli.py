@@ -27,6 +27,8 @@ from .graph import onnx_baselines as B
 from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
 from .history.base_model import TOP_WEIGHT as BASE_MODEL_TOP_WEIGHT
 from .history.model_check import MAX_MEMBERS
+from .history.program_library import ENV_VAR as LIBRARY_ENV, PER_WORKLOAD as LIBRARY_PER_WORKLOAD, \
+    build_library, save_library
 from .graph.zoo import ALIASES, NETWORKS
 from .options import TuneOptions
 from .history.records import KIND, is_tuning_log, read_records
@@ -858,14 +860,25 @@ def cmd_compile(args) -> int:
 # pretrain ---------------------------------------------------------------------------------------
 
 def model_output(text: str) -> str:
-    folder = os.path.dirname(text) or "."
     if not text.endswith(".json"):
         raise argparse.ArgumentTypeError(f"-o {text!r}: the model file must end in .json (XGBoost's JSON format, "
                                          "which autosched checks before reading it back)")
+    return _writable(text, "model file")
+
+
+def library_output(text: str) -> str:
+    if not text.endswith(".json"):
+        raise argparse.ArgumentTypeError(f"-o {text!r}: the program library must end in .json")
+    return _writable(text, "program library")
+
+
+def _writable(text: str, what: str) -> str:
+    """``text``, the path of a regular file (``what``) that can be written in a folder that exists."""
+    folder = os.path.dirname(text) or "."
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"-o {text!r}: the folder {folder!r} does not exist")
     if os.path.isdir(text) or (os.path.exists(text) and not os.path.isfile(text)):
-        raise argparse.ArgumentTypeError(f"-o {text!r} is not a regular file; give the path of the model file to write")
+        raise argparse.ArgumentTypeError(f"-o {text!r} is not a regular file; give the path of the {what} to write")
     if not os.access(folder, os.W_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
         raise argparse.ArgumentTypeError(f"-o {text!r} cannot be written (no permission in {folder!r})")
     return text
@@ -914,6 +927,42 @@ def cmd_pretrain(args) -> int:
     print(f"# {args.output}: {trees} trees trained on {info['programs']} programs of {info['workloads']} "
           f"workload(s) from {len(args.logs)} log(s){skipped}; {time.perf_counter() - t0:.0f} s\n"
           f"# use it: {PROG} tune ... --base-model {args.output}  (or {BASE_MODEL_ENV}={args.output})")
+    return 0
+
+
+def add_library(sub) -> None:
+    lib = sub.add_parser("library", help="keep the fastest measured programs of tuning logs' workloads: a program "
+                                         "library, whose programs similar tasks' zero-trial programs are ranked against")
+    lib.add_argument("logs", nargs="+", type=tuning_log, metavar="LOG",
+                     help="tuning logs (or the records database); records whose workload cannot be rebuilt "
+                          "from its key are skipped")
+    lib.add_argument("-o", "--output", required=True, type=library_output, help="the library file to write (.json)")
+    lib.add_argument("--per-workload", type=count("--per-workload", 1), default=LIBRARY_PER_WORKLOAD,
+                     help=f"the fastest distinct programs kept of each workload (default {LIBRARY_PER_WORKLOAD})")
+    lib.add_argument("--lanes", type=count("--lanes", 1), default=None,
+                     help="only programs measured on CPUs of this many float32 vector lanes (8: AVX2, 16: AVX-512; "
+                          "default: any)")
+    lib.set_defaults(fn=cmd_library)
+
+
+def cmd_library(args) -> int:
+    """``autosched library LOG... -o library.json``: the fastest programs of the logs' workloads."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = [r for path in args.logs for r in read_records(path)]
+    if caught:
+        print(f"# skipped {len(caught)} line(s) that are not records, e.g. {str(caught[0].message)[:160]}",
+              file=sys.stderr)
+    library, info = build_library(records, args.per_workload, args.lanes)
+    if not info["workloads"]:
+        lanes = "" if args.lanes is None else f" on CPUs of {args.lanes} vector lanes"
+        raise UsageError(f"no valid measurement{lanes} of a workload autosched can rebuild among "
+                         f"{len(records)} record(s) of {len(args.logs)} log(s)")
+    save_library(library, args.output)
+    skipped = "".join(f"; skipped {n} ({why})" for why, n in info["skipped"].items())
+    print(f"# {args.output}: {info['programs']} programs of {info['workloads']} workload(s) from "
+          f"{info['records']} valid measurement(s){skipped}\n"
+          f"# use it: {LIBRARY_ENV}={args.output} {PROG} run ...  (the zero-trial programs of similar tasks)")
     return 0
 
 
@@ -990,7 +1039,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", default=False,
                         help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (add_list, add_build, add_tune, add_run, add_compile, add_sketches, add_pretrain):
+    for add in (add_list, add_build, add_tune, add_run, add_compile, add_sketches, add_pretrain, add_library):
         add(sub)
     for command in sub.choices.values():   # (also after the subcommand: `autosched tune ... --debug`)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

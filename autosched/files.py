@@ -13,6 +13,8 @@ MAX_RECORDS_FILE_BYTES = 1 << 30
 MAX_RECORD_LINE_BYTES = 1 << 20
 #: the largest base cost model (the shipped one is ~1 MB)
 MAX_BASE_MODEL_BYTES = 256 << 20
+#: the largest program library (the shipped ones are a few hundred kB)
+MAX_LIBRARY_BYTES = 64 << 20
 #: the largest ONNX model file (protobuf's own limit for one message is 2 GiB)
 MAX_MODEL_BYTES = 2 << 30
 #: the largest ``.npy`` input

@@ -79,6 +79,7 @@ import ir  # noqa: E402
 from ir.steps import steps_from_json, steps_to_json  # noqa: E402
 from autosched import graph as G  # noqa: E402
 from autosched.history.base_model import load_base_model  # noqa: E402
+from autosched.history.program_library import load_program_library  # noqa: E402
 from autosched.graph import onnx_baselines as B  # noqa: E402
 from autosched.graph import onnx_zoo  # noqa: E402
 from autosched.graph.executor import default_schedule  # noqa: E402
@@ -308,7 +309,8 @@ SMOKE_SEARCH = SearchParams(population=24, generations=1, init_min_population=8,
 
 def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, dict]:
     """The zero-trial program of every task (by workload key), each search's, then shared in
-    its operator family as ``ZeroTrial.programs`` does (``shared_in_family``), and the seconds
+    its operator family and against the shipped program library as ``ZeroTrial.programs``
+    does (``shared_in_family``), and the seconds
     each search took (``params``: the search's, default each task's
     ``autosched.history.zero_trial.zero_trial_params``)."""
     states, seconds = {}, {}
@@ -320,7 +322,7 @@ def zero_trial_states(part, model, seed: int, say, params=None) -> tuple[dict, d
         except ValueError as err:
             say(f"# task {k}: no zero-trial program ({err}); it runs a default schedule")
         seconds[w.workload_key] = time.perf_counter() - t0
-    return shared_in_family([w.search_task() for w in part.tasks], states, model), seconds
+    return shared_in_family([w.search_task() for w in part.tasks], states, model, load_program_library()), seconds
 
 
 @contextlib.contextmanager

@@ -12,6 +12,8 @@
   ``model_check`` checks a model file's trees before XGBoost reads it);
 - ``zero_trial``: the program the base model ranks best, for a task never measured (the
   searches of many tasks over the cores; remembered in the records database);
+- ``program_library``: the fastest measured programs of the base model's training workloads
+  (``autosched library``), offered to the zero-trial choice of tasks of their family;
 - ``object_cache``: the compiled-kernel cache beside the records database (a model's
   kernels' object code, checked before LLVM loads it, so that the next load compiles nothing).
 

@@ -15,7 +15,8 @@ remembered in the records database (``ZeroTrialEntry``, a line of kind ``zero_tr
 under its workload, target, base model (a digest of its trees) and search
 (``search_identity``): the next load of the model replays the steps, no search. It never
 counts as a measurement: every reader of measured records skips it (``records.KIND``).
-Then a model's tasks of one operator family share their picks (``shared_in_family``).
+Then a model's tasks of one operator family share their picks, and are offered the
+programs of the shipped library (``shared_in_family``, ``program_library``).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from task_scheduler import similarity_tag
 from .. import __version__
 from .base_model import load_base_model
 from .database import RecordsDB, open_records_db
+from .program_library import load_program_library
 from .records import KIND, RECORD_VERSION, nested_tuples, replay_checked, steps_field
 
 #: the short search: small population, few generations, one process a task
@@ -128,32 +130,73 @@ def _best_first(task: ir.SearchTask, model, options: list) -> list[int]:
     return [pick] + order
 
 
-def shared_in_family(tasks, picks: dict, model) -> dict:
+def shared_in_family(tasks, picks: dict, model, library=None, keys=None) -> dict:
     """Workload key -> zero-trial program of each of ``tasks`` (``ir.SearchTask``s of one
     model) that ``picks`` holds: its own search's pick, or the pick of another of the tasks
     of its operator family (``task_scheduler.similarity_tag``; the ``FAMILY_SOURCES``
-    nearest in flop count), its tile lengths fitted to this task (``evolution.transfer``),
-    where ``model`` ranks that first (``_best_first``). A short search does not find every
-    program the model ranks best: for a dense layer of GPT-2 and one of ConvNeXt the shipped
-    model ranked the program an earlier model's search had found above its own search's by 20 %;
-    a sibling's search may have found it. Each task's options are the other tasks' own
-    picks, so the result does not depend on the tasks' order."""
-    by_key = {key: t for t in tasks if (key := t.workload_key) in picks}   # (a key is a hash of the DAG)
-    family_of = {key: (similarity_tag(t.dag), str(t.target)) for key, t in by_key.items()}
-    log_flops = {key: math.log(max(t.dag.flop_count(), 1.0)) for key, t in by_key.items()}
+    nearest in flop count), or a program of ``library`` (a ``ProgramLibrary``: measured
+    programs of the ``FAMILY_SOURCES`` training workloads of its family nearest in flop
+    count), its tile lengths fitted to this task (``evolution.transfer``), where ``model``
+    ranks that first (``_best_first``). A short search does not find every program the
+    model ranks best: for a dense layer of GPT-2 and one of ConvNeXt the shipped model
+    ranked the program an earlier model's search had found above its own search's by 20 %;
+    a sibling's search, or a tuning of a workload like it, may have found it. Each task's
+    options are the other tasks' own picks, so the result does not depend on the tasks'
+    order. ``keys``: only these tasks choose (the others keep their own picks)."""
     out = dict(picks)
-    for key, task in by_key.items():
-        family = [k for k in by_key if k != key and family_of[key][0] and family_of[k] == family_of[key]]
-        if not family:
+    for key, (task, family) in _families(tasks, picks).items():
+        if keys is not None and key not in keys or not _chooses(task, family, library):
             continue
-        family.sort(key=lambda k: abs(log_flops[k] - log_flops[key]))
+        sources = [picks[k] for k in family]
+        if library is not None:
+            sources += library.sources(task, FAMILY_SOURCES)
         options = {picks[key].key: picks[key]}
-        for state in adapt_programs([picks[k] for k in family[:FAMILY_SOURCES]], task):
+        for state in adapt_programs(sources, task):
             options.setdefault(state.key, state)
         if len(options) > 1:
             options = list(options.values())
             out[key] = options[_best_first(task, model, options)[0]]
     return out
+
+
+def _families(tasks, picks: dict) -> dict:
+    """Workload key -> (task, the keys of the ``FAMILY_SOURCES`` other tasks of its operator
+    family nearest in flop count) of each of ``tasks`` that ``picks`` holds."""
+    by_key = {key: t for t in tasks if (key := t.workload_key) in picks}   # (a key is a hash of the DAG)
+    family_of = {key: (similarity_tag(t.dag), str(t.target)) for key, t in by_key.items()}
+    log_flops = {key: math.log(max(t.dag.flop_count(), 1.0)) for key, t in by_key.items()}
+    out = {}
+    for key, task in by_key.items():
+        family = [k for k in by_key if k != key and family_of[key][0] and family_of[k] == family_of[key]]
+        family.sort(key=lambda k: abs(log_flops[k] - log_flops[key]))
+        out[key] = task, family[:FAMILY_SOURCES]
+    return out
+
+
+def sharing_identities(tasks, picks: dict, base_model: str, library=None) -> dict:
+    """Workload key -> what decides ``shared_in_family``'s choice for each of ``tasks`` that
+    ``picks`` holds and that has anything to choose from (its pick and its family's, the base
+    model, the library): the records database remembers the choice under it, so that a warm
+    load does not choose again."""
+    steps = {key: json.dumps(_lists_of(state), separators=(",", ":")) for key, state in picks.items()}
+    lib = getattr(library, "identity", "none")
+    out = {}
+    for key, (task, family) in _families(tasks, picks).items():
+        if not _chooses(task, family, library):
+            continue
+        spec = "\n".join([f"shared {SEARCH_VERSION} {base_model} {lib} {task.target}", steps[key],
+                          *(f"{k} {steps[k]}" for k in family)])
+        out[key] = f"shared-{hashlib.sha256(spec.encode()).hexdigest()[:24]}"
+    return out
+
+
+def _chooses(task, family: list, library) -> bool:
+    """Whether a task has anything to be offered: a sibling, or a library and an operator family."""
+    return bool(family) or (library is not None and bool(similarity_tag(task.dag)))
+
+
+def _lists_of(state: ir.State) -> list:
+    return [list(step.record()) for step in state.steps]
 
 
 def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | None = None,
@@ -239,11 +282,13 @@ class ZeroTrial:
     None: see ``database.open_records_db``). ``workers``: processes the searches of many
     tasks run in (None: one per core); ``params``: the search's (default: each task's
     ``zero_trial_params``). ``stats`` counts the programs ``remembered`` (the
-    database's, replayed), ``searched`` and ``failed``."""
+    database's, replayed), ``searched`` and ``failed``. ``library``: a ``ProgramLibrary``
+    whose programs the tasks' own picks are ranked against (``shared_in_family``), or None."""
 
     def __init__(self, model, seed: int = 0, records_db="default", workers: int | None = None,
-                 params: SearchParams | None = None):
+                 params: SearchParams | None = None, library=None):
         self.model = model
+        self.library = library
         self.seed = seed
         self.params = params
         self.workers = workers or os.cpu_count() or 1
@@ -256,11 +301,15 @@ class ZeroTrial:
 
     @classmethod
     def from_spec(cls, base_model="default", seed: int = 0, records_db="default",
-                  workers: int | None = None, hardware=None) -> "ZeroTrial | None":
+                  workers: int | None = None, hardware=None, library="default") -> "ZeroTrial | None":
         """One from the base model ``base_model`` names for programs of ``hardware`` (the
-        shipped model of its vector width; None: this CPU's); None when there is none."""
+        shipped model of its vector width; None: this CPU's), with the program library
+        ``library`` names (``program_library.load_program_library``); None when there is no
+        base model."""
         model = load_base_model(base_model, hardware)
-        return cls(model, seed, records_db, workers) if model is not None else None
+        if model is None:
+            return None
+        return cls(model, seed, records_db, workers, library=load_program_library(library, hardware))
 
     def program(self, dag: ir.ComputeDAG, target=None) -> ir.State:
         """The zero-trial program of ``dag`` (layout-rewritten: build it with
@@ -290,7 +339,28 @@ class ZeroTrial:
             if ident in steps:
                 self._steps[ident] = steps[ident]
                 out[task.workload_key] = ir.State.from_steps(task.dag, steps[ident])
-        return shared_in_family(tasks, out, self.model)
+        return self._shared(tasks, out)
+
+    def _shared(self, tasks, picks: dict) -> dict:
+        """``shared_in_family``'s choices for ``picks``: those the records database remembers
+        (under ``sharing_identities``), the others chosen and remembered."""
+        if self.db is None or self._base_model is None:
+            return shared_in_family(tasks, picks, self.model, self.library)
+        identities = sharing_identities(tasks, picks, self._base_model, self.library)
+        by_key = {t.workload_key: t for t in tasks}
+        remembered = {}
+        for entry in self.db.read_entries(ENTRY_KIND, ZeroTrialEntry.from_dict, identities):
+            if entry.search == identities.get(entry.workload_key) and entry.target == str(by_key[entry.workload_key].target):
+                try:
+                    remembered[entry.workload_key] = replay_checked(by_key[entry.workload_key].dag, entry.steps)
+                except ir.InvalidStep:
+                    continue
+        out = shared_in_family(tasks, picks, self.model, self.library, keys=set(identities) - set(remembered))
+        self.db.append([ZeroTrialEntry(key, str(by_key[key].target), self._base_model, identity,
+                                       nested_tuples(_lists_of(out[key])), by_key[key].desc, time.time())
+                        for key, identity in identities.items() if key not in remembered])
+        out.update(remembered)
+        return out
 
     @staticmethod
     def _ident(task) -> tuple:

@@ -60,6 +60,32 @@ def test_a_second_load_replays_the_remembered_programs(tmp_path, monkeypatch):
     assert _steps(again) == _steps(found)
 
 
+def test_the_family_choice_is_remembered_and_made_again_when_what_decides_it_changes(tmp_path, monkeypatch):
+    from autosched.history.program_library import ProgramLibrary
+    db = tmp_path / "db.jsonl"
+    tasks = [_task("GMM-1x16x16x16"), _task("GMM-1x8x24x16"), _task("NRM-1x16x32")]   # two of one family
+    found = Z.ZeroTrial(_model(), records_db=db, workers=1).programs(tasks)
+    shared = [e for e in map(json.loads, db.read_text().splitlines()) if e["search"].startswith("shared-")]
+    assert {e["workload_key"] for e in shared} == {t.workload_key for t in tasks[:2]}   # the NRM has no choice
+    asked = []
+    real = Z.shared_in_family
+
+    def spy(tasks, picks, model, library=None, keys=None):
+        asked.append(set(keys) if keys is not None else None)
+        return real(tasks, picks, model, library, keys)
+    monkeypatch.setattr(Z, "shared_in_family", spy)
+    again = Z.ZeroTrial(_model(), records_db=db, workers=1).programs(tasks)
+    assert asked == [set()] and _steps(again) == _steps(found)          # nothing chosen again
+    with_library = Z.ZeroTrial(_model(), records_db=db, workers=1, library=ProgramLibrary([], identity="another"))
+    with_library.programs(tasks)
+    assert asked[-1] == {t.workload_key for t in tasks}                  # another library: chosen again
+    lines = db.read_text().splitlines()
+    db.write_text("".join(line.replace('"steps":[[', '"steps":[["XX",0],[') + "\n" if '"shared-' in line
+                          else line + "\n" for line in lines))            # remembered choices that do not replay
+    Z.ZeroTrial(_model(), records_db=db, workers=1).programs(tasks)
+    assert asked[-1] == {t.workload_key for t in tasks[:2]}
+
+
 def test_small_tasks_get_the_short_search_under_its_own_identity(tmp_path, monkeypatch):
     small, large = _task("GMM-1x16x16x16"), _task("GMM-1x128x128x128")
     assert small.dag.flop_count() < Z.SMALL_TASK_FLOPS <= large.dag.flop_count()
@@ -76,7 +102,8 @@ def test_small_tasks_get_the_short_search_under_its_own_identity(tmp_path, monke
     db = tmp_path / "db.jsonl"
     Z.ZeroTrial(_model(), records_db=db, workers=1).programs([small, large])
     assert dict(searched) == {small.desc: Z.SMALL_TASK_PARAMS, large.desc: Z.ZERO_TRIAL_PARAMS}
-    entries = {e["workload_key"]: e["search"] for e in map(json.loads, db.read_text().splitlines())}
+    entries = {e["workload_key"]: e["search"] for e in map(json.loads, db.read_text().splitlines())
+               if not e["search"].startswith("shared-")}      # (the two GMMs' family choice: below)
     assert entries == {small.workload_key: Z.search_identity(0, Z.SMALL_TASK_PARAMS),
                        large.workload_key: Z.search_identity(0, Z.ZERO_TRIAL_PARAMS)}
     # a ZeroTrial given its own search uses it for every task, and searches again
@@ -312,7 +339,7 @@ def test_the_database_remembers_each_tasks_own_pick_and_every_load_shares_them(t
     siblings. (The stand-in sharing swaps every pick for the naive program, so the two differ.)"""
     given = []
 
-    def naive_for_all(tasks, picks, model):
+    def naive_for_all(tasks, picks, model, library=None, keys=None):
         given.append(_steps(picks))
         return {t.workload_key: ir.State.initial(t.dag) for t in tasks if t.workload_key in picks}
     monkeypatch.setattr(Z, "shared_in_family", naive_for_all)
