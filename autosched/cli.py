@@ -884,12 +884,28 @@ def _writable(text: str, what: str) -> str:
     return text
 
 
+def _add_logs(parser, output, what: str) -> None:
+    """The logs a command learns from, and the file it writes (``output`` checks it)."""
+    parser.add_argument("logs", nargs="+", type=tuning_log, metavar="LOG",
+                        help="tuning logs (or the records database); records whose workload cannot be rebuilt "
+                             "from its key are skipped")
+    parser.add_argument("-o", "--output", required=True, type=output, help=f"{what} to write (.json)")
+
+
+def _read_logs(paths) -> list:
+    """The records of the logs ``paths``; the lines that are not records told of in one line."""
+    with warnings.catch_warnings(record=True) as caught:   # one line for all, not one per line
+        warnings.simplefilter("always")
+        records = [r for path in paths for r in read_records(path)]
+    if caught:
+        print(f"# skipped {len(caught)} line(s) that are not records, e.g. {str(caught[0].message)[:160]}",
+              file=sys.stderr)
+    return records
+
+
 def add_pretrain(sub) -> None:
     pre = sub.add_parser("pretrain", help="train a base cost model from tuning logs (what --base-model takes)")
-    pre.add_argument("logs", nargs="+", type=tuning_log, metavar="LOG",
-                     help="tuning logs (or the records database); records whose workload cannot be rebuilt "
-                          "from its key are skipped")
-    pre.add_argument("-o", "--output", required=True, type=model_output, help="the model file to write (.json)")
+    _add_logs(pre, model_output, "the model file")
     pre.add_argument("--rounds", type=count("--rounds", 1), default=BASE_MODEL_ROUNDS,
                      help=f"at most this many trees (default {BASE_MODEL_ROUNDS})")
     pre.add_argument("--top-weight", type=positive_number("--top-weight", zero=True),
@@ -907,12 +923,7 @@ def add_pretrain(sub) -> None:
 
 def cmd_pretrain(args) -> int:
     """``autosched pretrain LOG... -o model.json``: train a base cost model on the records."""
-    with warnings.catch_warnings(record=True) as caught:   # one line for all, not one per line
-        warnings.simplefilter("always")
-        records = [r for path in args.logs for r in read_records(path)]
-    if caught:
-        print(f"# skipped {len(caught)} line(s) that are not records, e.g. {str(caught[0].message)[:160]}",
-              file=sys.stderr)
+    records = _read_logs(args.logs)
     if args.members > MAX_MEMBERS:
         raise UsageError(f"--members {args.members}: a base model holds at most {MAX_MEMBERS} members")
     t0 = time.perf_counter()
@@ -933,10 +944,7 @@ def cmd_pretrain(args) -> int:
 def add_library(sub) -> None:
     lib = sub.add_parser("library", help="keep the fastest measured programs of tuning logs' workloads: a program "
                                          "library, whose programs similar tasks' zero-trial programs are ranked against")
-    lib.add_argument("logs", nargs="+", type=tuning_log, metavar="LOG",
-                     help="tuning logs (or the records database); records whose workload cannot be rebuilt "
-                          "from its key are skipped")
-    lib.add_argument("-o", "--output", required=True, type=library_output, help="the library file to write (.json)")
+    _add_logs(lib, library_output, "the library file")
     lib.add_argument("--per-workload", type=count("--per-workload", 1), default=LIBRARY_PER_WORKLOAD,
                      help=f"the fastest distinct programs kept of each workload (default {LIBRARY_PER_WORKLOAD})")
     lib.add_argument("--lanes", type=count("--lanes", 1), default=None,
@@ -947,12 +955,7 @@ def add_library(sub) -> None:
 
 def cmd_library(args) -> int:
     """``autosched library LOG... -o library.json``: the fastest programs of the logs' workloads."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        records = [r for path in args.logs for r in read_records(path)]
-    if caught:
-        print(f"# skipped {len(caught)} line(s) that are not records, e.g. {str(caught[0].message)[:160]}",
-              file=sys.stderr)
+    records = _read_logs(args.logs)
     library, info = build_library(records, args.per_workload, args.lanes)
     if not info["workloads"]:
         lanes = "" if args.lanes is None else f" on CPUs of {args.lanes} vector lanes"

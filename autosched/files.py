@@ -47,3 +47,23 @@ def read_bounded(path, what: str, limit: int) -> bytes:
     checked_size(path, what, limit)
     with open(path, "rb") as f:
         return f.read(limit)
+
+
+#: what turns a file option off ("off", or none at all)
+OFF = ("off", "none", "0", "")
+
+
+def chosen_file(spec, env_var: str, default, what: str, make: str) -> str | None:
+    """The file ``spec`` names: "default" (``$env_var``, else ``default()``: a shipped file,
+    or None), a path, or None/"off" (none); ``FileNotFoundError`` saying how to ``make`` one
+    (a command) when the named file does not exist."""
+    if spec == "default":
+        spec = os.environ.get(env_var)
+        if spec is None:
+            spec = default()
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in OFF):
+        return None
+    path = os.fspath(spec)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {what} at {path!r} (make one with `{make}`, or set {env_var}=off)")
+    return path

@@ -33,7 +33,7 @@ from evolution import XGBoostEnsemble, XGBoostModel
 from evolution.features import N_FEATURES
 
 from .. import ops
-from ..files import MAX_BASE_MODEL_BYTES, read_bounded
+from ..files import MAX_BASE_MODEL_BYTES, chosen_file, read_bounded
 from .model_check import checked_members
 
 _DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
@@ -43,7 +43,6 @@ SHIPPED_MODEL = os.path.join(_DATA, "base_model.json")
 SHIPPED_MODELS = {8: SHIPPED_MODEL, 16: os.path.join(_DATA, "base_model_avx512.json")}
 #: the environment variable that chooses the base model: a file, or "off"
 ENV_VAR = "AUTOSCHED_BASE_MODEL"
-OFF = ("off", "none", "0", "")
 
 #: the workloads the shipped model was trained on (suite-style names: any shape of a
 #: family parses): every family of the suite at shapes that the suite (and ResNet-50's
@@ -383,17 +382,8 @@ def base_model_path(spec="default", hardware=None) -> str | None:
     """The file of the base model ``spec`` names: "default" (``$AUTOSCHED_BASE_MODEL``, else
     the shipped model for ``hardware``'s vector width, this CPU's when None), a path, or
     None/"off" (no base model)."""
-    if spec == "default":
-        spec = os.environ.get(ENV_VAR)
-        if spec is None:
-            spec = shipped_model_path(hardware)
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in OFF):
-        return None
-    path = os.fspath(spec)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no base cost model at {path!r} (make one with `autosched pretrain LOG... -o FILE`, "
-                                f"or set {ENV_VAR}=off)")
-    return path
+    return chosen_file(spec, ENV_VAR, lambda: shipped_model_path(hardware), "base cost model",
+                       "autosched pretrain LOG... -o FILE")
 
 
 def load_base_model(spec="default", hardware=None) -> XGBoostModel | XGBoostEnsemble | None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import ir
 from task_scheduler import similarity_tag
 
-from ..files import MAX_LIBRARY_BYTES, read_bounded
+from ..files import MAX_LIBRARY_BYTES, chosen_file, read_bounded
 from .base_model import _DATA, rebuild_workload, training_programs
 from .records import _lists, steps_field
 
@@ -44,7 +44,6 @@ PER_WORKLOAD = 4
 SHIPPED_LIBRARIES = {16: os.path.join(_DATA, "program_library_avx512.json")}
 #: the environment variable that chooses the program library: a file, or "off"
 ENV_VAR = "AUTOSCHED_PROGRAM_LIBRARY"
-OFF = ("off", "none", "0", "")
 
 
 def build_library(records: Iterable, per_workload: int = PER_WORKLOAD, lanes: int | None = None,
@@ -181,18 +180,9 @@ def library_path(spec="default", hardware=None) -> str | None:
     """The file of the library ``spec`` names: "default" (``$AUTOSCHED_PROGRAM_LIBRARY``,
     else the shipped one for ``hardware``'s vector width, this CPU's when None; None when
     none ships for it), a path, or None/"off"."""
-    if spec == "default":
-        spec = os.environ.get(ENV_VAR)
-        if spec is None:
-            lanes = getattr(hardware or ir.Target.host().hardware, "vector_lanes", None)
-            spec = SHIPPED_LIBRARIES.get(lanes)
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in OFF):
-        return None
-    path = os.fspath(spec)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no program library at {path!r} (make one with `autosched library LOG... -o FILE`, "
-                                f"or set {ENV_VAR}=off)")
-    return path
+    def shipped():
+        return SHIPPED_LIBRARIES.get(getattr(hardware or ir.Target.host().hardware, "vector_lanes", None))
+    return chosen_file(spec, ENV_VAR, shipped, "program library", "autosched library LOG... -o FILE")
 
 
 def load_program_library(spec="default", hardware=None) -> ProgramLibrary | None:

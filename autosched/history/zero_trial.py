@@ -53,8 +53,9 @@ ZERO_TRIAL_PARAMS = SearchParams(population=256, generations=3, init_min_populat
 SMALL_TASK_FLOPS = 1e6
 #: the search of a small task: a quarter of the population, two generations
 SMALL_TASK_PARAMS = SearchParams(population=64, generations=2, init_min_population=32, islands=1)
-#: the version of the zero-trial search: raise it when the search picks other programs for
-#: the same model, seed and ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched again);
+#: the version of the zero-trial search: raise it when the search, or the choice within a
+#: family (``shared_in_family``), picks other programs for the same model, seed and
+#: ``ZERO_TRIAL_PARAMS`` (remembered programs are then searched or chosen again);
 #: 2: the shipped base model learnt the measured picks of its predecessor; 3: vector loops
 #: of channel tiles on the lane grid (``sketch_rules.annotation.good_vector_length``), and a
 #: base model that learnt transformer dense layers over prime token counts; 4: off-grid draws
@@ -184,7 +185,7 @@ def sharing_identities(tasks, picks: dict, base_model: str, library=None) -> dic
     for key, (task, family) in _families(tasks, picks).items():
         if not _chooses(task, family, library):
             continue
-        spec = "\n".join([f"shared {SEARCH_VERSION} {base_model} {lib} {task.target}", steps[key],
+        spec = "\n".join([f"autosched {__version__} shared {SEARCH_VERSION} {base_model} {lib} {task.target}", steps[key],
                           *(f"{k} {steps[k]}" for k in family)])
         out[key] = f"shared-{hashlib.sha256(spec.encode()).hexdigest()[:24]}"
     return out
