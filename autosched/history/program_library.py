@@ -32,7 +32,7 @@ from task_scheduler import similarity_tag
 
 from ..files import MAX_LIBRARY_BYTES, chosen_file, read_bounded
 from .base_model import _DATA, rebuild_workload, training_programs
-from .records import _lists, steps_field
+from .records import _lists, replay_checked, steps_field
 
 #: the key that marks a program library file, and its format's version
 LIBRARY_KEY, LIBRARY_VERSION = "autosched_program_library", 1
@@ -166,8 +166,8 @@ class ProgramLibrary:
                     continue
                 states = []
                 for steps in entry.programs:
-                    try:
-                        states.append(ir.State.from_steps(dag, steps))
+                    try:   # (within the caps of a record's steps: a library may come from someone else)
+                        states.append(replay_checked(dag, steps))
                     except ir.InvalidStep:
                         continue   # (a program of an older search space)
                 if states:

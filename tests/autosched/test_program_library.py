@@ -134,6 +134,17 @@ def test_sources_are_the_nearest_workloads_of_the_family_and_none_elsewhere():
     assert L.ProgramLibrary(library.entries, kind="cuda").sources(task, 8) == []   # another target kind
 
 
+def test_a_library_program_over_the_caps_of_steps_read_from_a_file_is_left_out():
+    _, task = _dense()
+    good = next(s for s in _programs(task, 16) if any(st.record()[0] == "PR" for st in s.steps))
+    library, _ = L.build_library([_record(task, good, 1.0)])
+    steps = library["programs"][0]["steps"]
+    steps.append([[*r[:2], 10 ** 6] if r[0] == "PR" else r for r in steps[0]])   # auto-unroll far over the cap
+    ir.State.from_steps(task.dag, steps[1])                     # (which replays, unchecked)
+    loaded = L.ProgramLibrary.from_json(json.dumps(library))
+    assert [s.key for s in loaded.sources(task, 8)] == [good.key]
+
+
 class _CountsSteps:
     """A stand-in model that ranks a program by its number of steps."""
 
