@@ -71,8 +71,9 @@ SMALL_TASK_PARAMS = SearchParams(population=64, generations=2, init_min_populati
 #: 10: an axis with padded vector tiles but no exact one (a prime: 197 tokens) draws them
 #: (``sketch_rules.annotation.FillTileSize``), and a run-time tensor padded past the axis
 #: makes it ``paddable``; 11: a favourite whose first reads of data that come from memory in a
-#: network no prefetcher follows gives way to the next best that waits less (``evolution.cold_reads``)
-SEARCH_VERSION = 11
+#: network no prefetcher follows gives way to the next best that waits less (``evolution.cold_reads``);
+#: 12: padded vector tiles only in a stage computed into a local tile (``sketch_rules.annotation.pads_locally``)
+SEARCH_VERSION = 12
 #: how many of the search's best predicted programs the zero-trial choice ranks
 CANDIDATES = 16
 #: how many other tasks of a model's operator family offer their picks to a task

@@ -190,6 +190,37 @@ def test_padded_tiles_compute_their_lanes_unmasked_and_store_only_the_real_ones(
         check_computes(w, task, p)
 
 
+def _padded_anchors(programs, channels):
+    """(program, stage) of each vectorised tile of ``channels`` lanes that is not a multiple
+    of its length and is not a copy out (a reduction's stage)."""
+    return [(p, st) for p in programs for st in p.stages
+            if vector_axis_extent(st) == channels and st.iters[-1].annotation == "vectorize"
+            and channels % st.iters[-1].extent and any(it.kind == "reduce" for it in st.iters)]
+
+
+def test_a_padded_tile_is_drawn_only_where_its_stage_computes_into_a_local_tile():
+    """At root a stage writes a global buffer of the axis's true extent, where a padded lane
+    would land on the next row: there every multiply-add is guarded (ShuffleNet-V2's 1x1
+    convolution over 232 channels ran 15x slower with 24-lane tiles than with 8). Sampling
+    draws padded tiles only for stages attached inside another's loops, and a program that
+    has one at root is off the grid, so no mutation makes one."""
+    w, task = conv_task(232)
+    sketches = SR.generate_sketches(task)
+    programs = SR.sample_programs(task, sketches, 300, np.random.default_rng(0))
+    padded = _padded_anchors(programs, 232)
+    assert padded and all(st.compute_at == "iter" for _, st in padded)
+    at_root = [p for p in programs if any(st.compute_at == "root" and vector_axis_extent(st) == 232
+                                          and st.iters[-1].annotation == "vectorize"
+                                          and any(it.kind == "reduce" for it in st.iters) for st in p.stages)]
+    assert at_root and SR.off_grid_vector_loops(at_root[0]) == 0
+    steps = [s.__class__(**{**s.__dict__, "lengths": (10, 1, 24)}) if isinstance(s, ir.steps.SplitStep)
+             and s.extent == 232 and len(s.lengths) == 3 else s for s in at_root[0].steps]
+    wide = ir.State.from_steps(task.dag, steps)
+    (_, stage), = _padded_anchors([wide], 232)
+    assert stage.compute_at == "root" and SR.off_grid_vector_loops(wide) == 1
+    check_computes(w, task, wide)   # guarded, not wrong
+
+
 def test_a_padded_tile_keeps_its_guard_where_a_read_would_leave_its_tensor():
     """Without the weights packed (no layout rewrite) the last tile's padded lanes would read
     past the end of the weight matrix: the guard stays, and the program still computes."""
