@@ -38,10 +38,10 @@ from .records import _lists, replay_checked, steps_field
 LIBRARY_KEY, LIBRARY_VERSION = "autosched_program_library", 1
 #: the fastest distinct programs kept of each workload (and target)
 PER_WORKLOAD = 4
-#: the shipped libraries by the target's float32 vector lanes (``HardwareParams.vector_lanes``):
-#: AVX-512's, from every 16-lane measurement of the base models' logs; none yet for AVX2,
-#: whose base model learnt from the same kind of logs but where no machine has judged a library
-SHIPPED_LIBRARIES = {16: os.path.join(_DATA, "program_library_avx512.json")}
+#: the shipped libraries by the target's float32 vector lanes (``HardwareParams.vector_lanes``),
+#: each from every measurement of that many lanes in the base models' logs
+SHIPPED_LIBRARIES = {8: os.path.join(_DATA, "program_library_avx2.json"),
+                     16: os.path.join(_DATA, "program_library_avx512.json")}
 #: the environment variable that chooses the program library: a file, or "off"
 ENV_VAR = "AUTOSCHED_PROGRAM_LIBRARY"
 

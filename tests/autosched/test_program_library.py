@@ -181,12 +181,15 @@ def test_the_shipped_libraries_rebuild_and_replay(monkeypatch):
         assert {"dense", "conv2d_nhwc", "depthwise_conv2d_nhwc"} <= set(families), path
 
 
-def test_zero_trial_loads_the_library_of_the_hardware_unless_off():
+def test_zero_trial_loads_the_library_of_the_hardware_unless_off(monkeypatch):
+    monkeypatch.delenv(L.ENV_VAR, raising=False)
     from autosched.history.base_model import SHIPPED_MODEL
-    hardware = ir.HardwareParams(num_cores=2, vector_lanes=16)
-    assert ZeroTrial.from_spec(SHIPPED_MODEL, records_db=None, hardware=hardware).library is \
-        L.load_program_library(L.SHIPPED_LIBRARIES[16])
-    assert ZeroTrial.from_spec(SHIPPED_MODEL, records_db=None, hardware=hardware, library="off").library is None
+    for lanes in (8, 16):                                  # AVX2, AVX-512
+        hardware = ir.HardwareParams(num_cores=2, vector_lanes=lanes)
+        library = ZeroTrial.from_spec(SHIPPED_MODEL, records_db=None, hardware=hardware).library
+        assert library is L.load_program_library(L.SHIPPED_LIBRARIES[lanes]) and library.entries
+        assert ZeroTrial.from_spec(SHIPPED_MODEL, records_db=None, hardware=hardware, library="off").library is None
+    assert L.library_path("default", ir.HardwareParams(num_cores=2, vector_lanes=4)) is None   # no library
 
 
 def test_the_cli_writes_a_library_and_says_so_in_one_line_when_it_cannot(tmp_path):
