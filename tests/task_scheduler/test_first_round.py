@@ -175,7 +175,7 @@ def test_tune_networks_first_round_measures_each_tasks_zero_trial_program_first(
 
     from autosched.history.base_model import SHIPPED_MODEL
 
-    zero = ZeroTrial.from_spec(SHIPPED_MODEL, seed=0, records_db=None)
+    zero = ZeroTrial.from_spec(SHIPPED_MODEL, seed=0, records_db=None, hardware=HW)   # the library of HW, as the tuning
     b = G.GraphBuilder("two_convs", seed=0)
     x = b.input((1, 6, 6, 4))
     y = b.conv2d(b.relu(b.conv2d(x, 8, 3, padding=1)), 12, 1)
