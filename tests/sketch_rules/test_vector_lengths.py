@@ -3,6 +3,8 @@ lane group (8 float32 lanes) where the channel count allows one, else a part of 
 or a padded tile (16 or 32 lanes of 408) where the stage reads only weights along it;
 sampling draws only those, the tile-size mutation makes no program with more vector loops
 off that grid than its parent, and the programs still compute what numpy does."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -190,12 +192,11 @@ def test_padded_tiles_compute_their_lanes_unmasked_and_store_only_the_real_ones(
         check_computes(w, task, p)
 
 
-def _padded_anchors(programs, channels):
-    """(program, stage) of each vectorised tile of ``channels`` lanes that is not a multiple
-    of its length and is not a copy out (a reduction's stage)."""
-    return [(p, st) for p in programs for st in p.stages
-            if vector_axis_extent(st) == channels and st.iters[-1].annotation == "vectorize"
-            and channels % st.iters[-1].extent and any(it.kind == "reduce" for it in st.iters)]
+def _vector_anchors(program, channels: int) -> list:
+    """The stages of ``program`` with a reduction whose last loop is a vector over an axis of
+    ``channels`` (the anchor's tiles, not an epilogue's copy out)."""
+    return [st for st in program.stages if vector_axis_extent(st) == channels
+            and st.iters[-1].annotation == "vectorize" and any(it.kind == "reduce" for it in st.iters)]
 
 
 def test_a_padded_tile_is_drawn_only_where_its_stage_computes_into_a_local_tile():
@@ -205,19 +206,16 @@ def test_a_padded_tile_is_drawn_only_where_its_stage_computes_into_a_local_tile(
     draws padded tiles only for stages attached inside another's loops, and a program that
     has one at root is off the grid, so no mutation makes one."""
     w, task = conv_task(232)
-    sketches = SR.generate_sketches(task)
-    programs = SR.sample_programs(task, sketches, 300, np.random.default_rng(0))
-    padded = _padded_anchors(programs, 232)
-    assert padded and all(st.compute_at == "iter" for _, st in padded)
-    at_root = [p for p in programs if any(st.compute_at == "root" and vector_axis_extent(st) == 232
-                                          and st.iters[-1].annotation == "vectorize"
-                                          and any(it.kind == "reduce" for it in st.iters) for st in p.stages)]
-    assert at_root and SR.off_grid_vector_loops(at_root[0]) == 0
-    steps = [s.__class__(**{**s.__dict__, "lengths": (10, 1, 24)}) if isinstance(s, ir.steps.SplitStep)
-             and s.extent == 232 and len(s.lengths) == 3 else s for s in at_root[0].steps]
-    wide = ir.State.from_steps(task.dag, steps)
-    (_, stage), = _padded_anchors([wide], 232)
-    assert stage.compute_at == "root" and SR.off_grid_vector_loops(wide) == 1
+    programs = SR.sample_programs(task, SR.generate_sketches(task), 300, np.random.default_rng(0))
+    padded = [st for p in programs for st in _vector_anchors(p, 232) if 232 % st.iters[-1].extent]
+    assert padded and all(st.compute_at == "iter" for st in padded)
+    at_root = next(p for p in programs if any(st.compute_at == "root" for st in _vector_anchors(p, 232)))
+    assert SR.off_grid_vector_loops(at_root) == 0
+    steps = [replace(s, lengths=(10, 1, 24)) if isinstance(s, ir.steps.SplitStep) and s.extent == 232
+             and len(s.lengths) == 3 else s for s in at_root.steps]
+    wide = ir.State.from_steps(task.dag, steps)                  # 24 lanes over 240 of 232, at root
+    (stage,) = _vector_anchors(wide, 232)
+    assert stage.compute_at == "root" and stage.iters[-1].extent == 24 and SR.off_grid_vector_loops(wide) == 1
     check_computes(w, task, wide)   # guarded, not wrong
 
 
