@@ -13,6 +13,7 @@ import re
 import struct
 from dataclasses import dataclass
 
+import llvmlite.binding as llvm
 import numpy as np
 
 from . import dtype as dt
@@ -28,6 +29,23 @@ from .vecmath import math_function
 STACK_BYTES = 1 << 20
 #: a request this large fails on any machine (and stays an i64): the failure is reported
 MAX_ALLOCATION = 1 << 62
+
+#: LLVM's instruction schedulers (before and after register allocation) compare each memory
+#: operation of a scheduling region with every earlier one it may alias, up to this many
+#: (LLVM's ``-dag-maps-huge-region``, 1000 by default) before they chain them: quadratic in
+#: an unrolled block's loads and stores. A zero-trial Winograd kernel of ResNet-50 (an
+#: unrolled product into a 784 kB tile on the stack) spent 33 s in those two passes, 2 s
+#: with 100; of 133 other programs (zero-trial and tuned), 112 compiled to the same bytes
+#: and the rest ran as fast, timed in turns (BENCHMARKS.md, 2026-12-01).
+SCHEDULER_ALIAS_WINDOW = 100
+
+
+def set_llvm_options() -> None:
+    """Set the LLVM command-line options of ``ir`` (global to the process: both back ends call
+    it before they make a target machine)."""
+    llvm.set_option("autosched", f"-dag-maps-huge-region={SCHEDULER_ALIAS_WINDOW}")
+
+
 FLOAT_FLAGS = "contract"
 REDUCE_FLAGS = "reassoc contract"
 

@@ -10,6 +10,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ..backend import TimeResult
+from ..llvm_codegen import set_llvm_options
 
 _lock = threading.Lock()
 _target_machine = None
@@ -36,6 +37,7 @@ def target_machine():
     global _target_machine, _host
     with _lock:
         if _target_machine is None:
+            set_llvm_options()
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             llvm.load_library_permanently(_libgomp_path())

@@ -37,7 +37,7 @@ from .. import expr as E
 from .passes import BLOCK_IDX, THREAD_IDX, walk
 from ..loop_ir import Allocate, AllReduce, Barrier, For, Load, Stmt, Store, nest_trips
 from ..lower import LoweringError
-from ..llvm_codegen import FunctionBuilder, ModuleBuilder, Value
+from ..llvm_codegen import FunctionBuilder, ModuleBuilder, Value, set_llvm_options
 
 TRIPLE = "nvptx64-nvidia-cuda"
 WARP = 32
@@ -56,6 +56,7 @@ def target_machine(arch: str):
     with _lock:
         tm = _machines.get(arch)
         if tm is None:
+            set_llvm_options()
             llvm.initialize_all_targets()
             llvm.initialize_all_asmprinters()
             tm = _machines[arch] = llvm.Target.from_triple(TRIPLE).create_target_machine(

@@ -151,3 +151,32 @@ def test_evicting_arrays_from_the_caches_keeps_their_values():
     expected[::7] += 1.0
     evict_from_caches([a, a[3:17], a[:0], np.zeros((2, 3))])  # unaligned, empty and 2-d arrays too
     np.testing.assert_array_equal(a, expected)
+
+
+def test_llvm_schedulers_compare_memory_operations_within_a_window():
+    """A block of many loads and stores that may alias (an unrolled product into a tile on
+    the stack) compiles in time linear in its length: ``set_llvm_options`` caps the window
+    of LLVM's schedulers (a ResNet-50 Winograd kernel took 33 s with LLVM's default, 2 s
+    with the cap); with the default restored, the same block takes several times longer."""
+    import time
+    import llvmlite.binding as llvm
+    from ir.cpu.runtime import compile_object, target_machine
+    from ir.llvm_codegen import SCHEDULER_ALIAS_WINDOW
+    target_machine()
+    body = []
+    for i in range(1500):
+        body += [f"  %a{i} = getelementptr float, ptr %p, i64 {i}", f"  %v{i} = load float, ptr %a{i}",
+                 f"  %b{i} = getelementptr float, ptr %q, i64 {i}", f"  store float %v{i}, ptr %b{i}"]
+    text = "\n".join(["define void @copy(ptr %p, ptr %q) {", *body, "  ret void", "}"])
+
+    def seconds():
+        t0 = time.perf_counter()
+        compile_object(text)
+        return time.perf_counter() - t0
+    capped = min(seconds(), seconds())
+    try:
+        llvm.set_option("test", "-dag-maps-huge-region=1000")   # LLVM's default
+        default = seconds()
+    finally:
+        llvm.set_option("test", f"-dag-maps-huge-region={SCHEDULER_ALIAS_WINDOW}")
+    assert default > 3 * capped, (capped, default)
