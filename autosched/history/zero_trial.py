@@ -116,10 +116,10 @@ def ranked_programs(task: ir.SearchTask, model, seed: int = 0, candidates=(),
     options = list(distinct.values())
     if not options:
         raise ValueError(f"the search found no program of {task}")
-    return [options[i] for i in _best_first(task, model, options)[:top]]
+    return [options[i] for i in best_first(task, model, options)[:top]]
 
 
-def _best_first(task: ir.SearchTask, model, options: list) -> list[int]:
+def best_first(task: ir.SearchTask, model, options: list) -> list[int]:
     """The positions of ``options`` (distinct programs of ``task``), the pick first, then
     the others by ``model``'s score, those that restart parallel regions last (see
     ``ranked_programs``)."""
@@ -139,7 +139,7 @@ def shared_in_family(tasks, picks: dict, model, library=None, keys=None) -> dict
     nearest in flop count), or a program of ``library`` (a ``ProgramLibrary``: measured
     programs of the ``FAMILY_SOURCES`` training workloads of its family nearest in flop
     count), its tile lengths fitted to this task (``evolution.transfer``), where ``model``
-    ranks that first (``_best_first``). A short search does not find every program the
+    ranks that first (``best_first``). A short search does not find every program the
     model ranks best: for a dense layer of GPT-2 and one of ConvNeXt the shipped model
     ranked the program an earlier model's search had found above its own search's by 20 %;
     a sibling's search, or a tuning of a workload like it, may have found it. Each task's
@@ -157,7 +157,7 @@ def shared_in_family(tasks, picks: dict, model, library=None, keys=None) -> dict
             options.setdefault(state.key, state)
         if len(options) > 1:
             options = list(options.values())
-            out[key] = options[_best_first(task, model, options)[0]]
+            out[key] = options[best_first(task, model, options)[0]]
     return out
 
 

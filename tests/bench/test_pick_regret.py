@@ -1,0 +1,70 @@
+"""bench/pick_regret.py: a base model's pick among measured candidates, offline."""
+import json
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("onnx")
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import pick_regret as P  # noqa: E402
+
+from autosched.history.base_model import SHIPPED_MODELS, load_base_model  # noqa: E402
+from autosched.history.zero_trial import best_first  # noqa: E402
+from ir.steps import steps_from_json  # noqa: E402
+import ir  # noqa: E402
+
+
+#: the shipped model of this CPU's width (the tests' environment turns the default off)
+MODEL = SHIPPED_MODELS.get(ir.Target.host().hardware.vector_lanes, SHIPPED_MODELS[8])
+
+
+def test_collect_measures_the_candidates_resumes_and_the_regret_is_the_picks_time_over_the_fastest(tmp_path):
+    out = str(tmp_path / "picks.json")
+    data = P.collect(["smoke"], out, seed=0, largest=1, turns=1, specs=[MODEL], params=P.SMOKE_SEARCH, say=lambda *_: None)
+    (entry,) = data["tasks"]
+    timed = [c for c in entry["candidates"] if c["ms"] is not None]
+    assert len(timed) >= 2 and all(c["ms"] > 0 for c in timed)
+    assert P.load(out) == data
+    # a second run keeps what the file holds and measures nothing again
+    again = P.collect(["smoke"], out, seed=0, largest=1, turns=1, specs=[MODEL], params=P.SMOKE_SEARCH,
+                      say=lambda *_: pytest.fail("measured again"))
+    assert again["tasks"] == data["tasks"]
+    # a model whose candidates a task lacks adds them, and the whole pool is timed again
+    (ident, own_pick), = entry["picks"].items()
+    assert own_pick in [c["steps"] for c in timed]
+    entry["picks"] = {}
+    with open(out, "w") as f:
+        json.dump(data, f)
+    said = []
+    refreshed = P.collect(["smoke"], out, seed=0, largest=1, turns=1, specs=[MODEL], params=P.SMOKE_SEARCH, say=said.append)
+    (entry,) = refreshed["tasks"]
+    assert len(said) == 1 and entry["picks"] == {ident: own_pick}
+    timed = [c for c in entry["candidates"] if c["ms"] is not None]
+
+    # the regret of a model whose pick is known: make the pick the slowest candidate
+    _, tasks = P.model_tasks("smoke", 0, 1)
+    workload = tasks[0][0]
+    states = [ir.State.from_steps(workload.dag, steps_from_json(c["steps"])) for c in timed]
+    pick = best_first(workload.search_task(), load_base_model(MODEL), states)[0]
+    slowest = max(c["ms"] for c in timed)
+    for k, c in enumerate(timed):
+        c["ms"] = slowest if k == pick else slowest / 2 if k == (pick + 1) % len(timed) else slowest * 0.9
+    entry["candidates"] = timed
+    with open(out, "w") as f:
+        json.dump(refreshed, f)
+    (row,) = P.regrets(P.load(out), MODEL)
+    assert row["regret"] == pytest.approx(2.0) and row["place"] == len(timed)
+    assert row["own_regret"] == pytest.approx(timed[[c["steps"] for c in timed].index(own_pick)]["ms"] / (slowest / 2))
+    s = P.summary([row, {**row, "regret": 1.0, "pick_ms": row["fastest_ms"], "calls": 3, "place": 1, "own_regret": None}])
+    assert s["geomean_regret"] == pytest.approx(2 ** 0.5) and s["first_place"] == 1
+    assert s["weighted_regret"] == pytest.approx((row["calls"] * row["pick_ms"] + 3 * row["fastest_ms"]) /
+                                                 ((row["calls"] + 3) * row["fastest_ms"]))
+
+
+def test_a_file_of_something_else_is_refused(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"format": "something else", "tasks": []}))
+    with pytest.raises(ValueError, match="not a file of measured candidates"):
+        P.load(str(path))
