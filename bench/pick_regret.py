@@ -4,6 +4,7 @@ tasks of real models it never trained on: the regret of its pick among measured 
     python bench/pick_regret.py --collect --models resnet50,regnet_x_1_6gf -o picks_avx2.json
     python bench/pick_regret.py --collect --models resnet50 --base-models default new.json -o picks_avx2.json
     python bench/pick_regret.py --evaluate picks_avx2.json --base-models default /tmp/retrained.json
+    python bench/pick_regret.py --evaluate bench/data/pick_regret_avx2.json.gz --base-models default F
     python bench/pick_regret.py --smoke
 
 A zero-trial program is the model's favourite among the few dozen programs its short search
@@ -28,11 +29,16 @@ the best of them in, which no timing of a whole model on a shared VM tells apart
 
 A model that did not collect is judged on how it orders the programs the others' searches
 found, not on what its own search would find. The file names the CPU it was measured on:
-judge models of that vector width with it.
+judge models of that vector width with it. ``bench/data/pick_regret_avx2.json.gz`` holds the
+10 largest tasks of ResNet-50, RegNetX-1.6GF, MobileNet-V3-Large, EfficientNet-B0,
+ConvNeXt-Tiny, DistilBERT and GPT-2 measured on a Zen 3 VM (AVX2; 2026-12-01), each with the
+candidates of the shipped AVX2 and AVX-512 base models (about 31 a task): an AVX2 model can be
+judged on it on any machine.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -53,6 +59,8 @@ from autosched.measure import LocalRunner, ProgramMeasurer  # noqa: E402
 from ir.steps import steps_from_json, steps_to_json  # noqa: E402
 
 FORMAT = "autosched pick regret 2"
+#: the longest file read (the AVX2 one in bench/data: 69 tasks, about 2 MB)
+MAX_FILE_CHARS = 256 << 20
 #: the smoke run's zero-trial search (a tenth of it)
 SMOKE_SEARCH = profile_model.SMOKE_SEARCH
 
@@ -125,8 +133,13 @@ def collect(names: list[str], out: str, seed: int, largest: int, turns: int, spe
 
 
 def load(path: str) -> dict:
-    with open(path) as f:
-        data = json.load(f)
+    """A file ``collect`` wrote (gzip-compressed when its name ends in .gz, as the one in
+    bench/data), at most ``MAX_FILE_CHARS`` long."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        text = f.read(MAX_FILE_CHARS + 1)
+    if len(text) > MAX_FILE_CHARS:
+        raise ValueError(f"{path} is longer than {MAX_FILE_CHARS} characters: not a file of measured candidates")
+    data = json.loads(text)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{path} is not a file of measured candidates ({FORMAT!r})")
     return data

@@ -200,8 +200,9 @@ TRAINING_OPERATORS = {
     **MODEL_FAMILY_OPERATORS,
 }
 
-#: model-family workloads tuned on an AVX-512 CPU only: their logs are in
-#: bench/data/training_records_avx512.tar.gz alone, and the AVX2 model has not seen them
+#: model-family workloads tuned on an AVX-512 CPU only: the shipped models learnt their logs
+#: in bench/data/training_records_avx512.tar.gz, and the AVX2 model has not seen them (their
+#: AVX2 tunings, bench/data/training_records_avx2.tar.gz, no shipped model has learnt yet)
 AVX512_ONLY_TRAINING = frozenset(("conv2d_chain-1x24x24x160x160-k3-bias-relu", "conv2d_chain-1x20x20x320x320-k3s2-bias-relu",
                                   "conv2d_chain-1x20x20x192x192-k3g8-bias-relu",
                                   "conv2d_chain-1x40x40x96x96-k3s2g4-bias-relu",

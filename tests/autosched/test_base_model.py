@@ -23,6 +23,7 @@ from tests.autosched.stand_ins import StandInBuilder, StandInRunner
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records.tar.gz")
 AVX512_TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx512.tar.gz")
+AVX2_TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx2.tar.gz")
 
 
 def package_data() -> list[str]:
@@ -69,20 +70,37 @@ def test_the_zero_trial_search_of_a_task_uses_the_model_of_its_width(monkeypatch
         assert zero.model is B.load_base_model(B.SHIPPED_MODELS[lanes])
 
 
+def archived_logs(archive: str, tmp_path) -> dict:
+    """Workload label -> the records of its log in a training archive of bench/data."""
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    return {path.stem: read_records(str(path)) for path in sorted(tmp_path.glob("*/*.json"))}
+
+
 def test_the_avx512_models_own_logs_are_avx512_records_of_the_model_family_workloads(tmp_path):
     """Its tunings of the workloads only it learnt (64 or 128 trials each) and up to six
     rounds of picks (at most 16 and the default schedule a round) of every model-family
     workload."""
-    with tarfile.open(AVX512_TRAINING_LOGS) as tar:
-        tar.extractall(tmp_path, filter="data")
-    logs = sorted((tmp_path / "training_avx512").glob("*.json"))
-    assert {p.stem for p in logs} == set(B.MODEL_FAMILY_OPERATORS)
-    for path in logs:
-        records = read_records(str(path))
-        assert {r.target for r in records} == {"llvm -mcpu=znver5"} and all(r.ok for r in records), path.stem
+    logs = archived_logs(AVX512_TRAINING_LOGS, tmp_path)
+    assert set(logs) == set(B.MODEL_FAMILY_OPERATORS)
+    for label, records in logs.items():
+        assert {r.target for r in records} == {"llvm -mcpu=znver5"} and all(r.ok for r in records), label
         assert {r.hardware["vector_lanes"] for r in records} == {16}
-        tuned = 128 if path.stem in B.AVX512_ONLY_TRAINING else 0
-        assert tuned // 2 + 2 <= len(records) <= tuned + 6 * 17, path.stem
+        tuned = 128 if label in B.AVX512_ONLY_TRAINING else 0
+        assert tuned // 2 + 2 <= len(records) <= tuned + 6 * 17, label
+
+
+def test_the_avx2_logs_of_the_avx512_only_workloads_are_a_tuning_and_a_round_of_picks_each(tmp_path):
+    """AVX2 records of the workloads the shipped AVX2 model has not seen (not learnt by a
+    shipped model yet: docs/history.md): 128 trials from scratch, then at most 16 picks and
+    the default schedule."""
+    logs = archived_logs(AVX2_TRAINING_LOGS, tmp_path)
+    assert set(logs) == set(B.AVX512_ONLY_TRAINING)
+    for label, records in logs.items():
+        assert {r.target for r in records} == {"llvm -mcpu=znver3"}, label
+        assert {r.hardware["vector_lanes"] for r in records} == {8}
+        measured = [r for r in records if not r.retimed]     # (a tuning re-times its best few)
+        assert 128 + 2 <= len(measured) <= 128 + 17 and sum(r.ok for r in measured) >= 120, label
 
 
 def test_the_environment_variable_chooses_the_base_model(monkeypatch, tmp_path):

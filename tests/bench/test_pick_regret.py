@@ -68,3 +68,15 @@ def test_a_file_of_something_else_is_refused(tmp_path):
     path.write_text(json.dumps({"format": "something else", "tasks": []}))
     with pytest.raises(ValueError, match="not a file of measured candidates"):
         P.load(str(path))
+
+
+def test_the_avx2_file_in_bench_data_holds_measured_candidates_of_seven_models():
+    path = os.path.join(os.path.dirname(P.__file__), "data", "pick_regret_avx2.json.gz")
+    data = P.load(path)
+    assert data["machine"]["avx2"] and not data["machine"]["avx512f"]
+    assert {t["model"] for t in data["tasks"]} == {"resnet50", "regnet_x_1_6gf", "mobilenet_v3_large",
+                                                    "efficientnet_b0", "convnext_tiny", "distilbert", "gpt2"}
+    assert len(data["tasks"]) == 69
+    for t in data["tasks"]:
+        timed = {c["steps"] for c in t["candidates"] if c["ms"] is not None}
+        assert len(timed) >= 16 and len(t["picks"]) == 2 and set(t["picks"].values()) <= timed, t["desc"]
