@@ -88,7 +88,11 @@ def collect(names: list[str], out: str, seed: int, largest: int, turns: int, spe
     """Measure the candidates of the ``largest`` tasks of each model, those of every base
     model of ``specs``, into ``out`` (resumed: a task whose pool holds every model's
     candidates already is kept)."""
-    data = load(out) if os.path.exists(out) else {"format": FORMAT, "machine": machine_info(), "tasks": []}
+    here = machine_info()
+    data = load(out) if os.path.exists(out) else {"format": FORMAT, "machine": here, "tasks": []}
+    if data["machine"].get("llvm_cpu") != here["llvm_cpu"]:
+        raise ValueError(f"{out} was measured on {data['machine'].get('llvm_cpu')!r}, this CPU is "
+                         f"{here['llvm_cpu']!r}: collect into another file (timings of two CPUs do not compare)")
     entries = {(t["model"], t["workload_key"]): t for t in data["tasks"]}
     models = {}
     for spec in specs:
@@ -165,10 +169,19 @@ def regrets(data: dict, spec, seed: int = 0) -> list[dict]:
             part, _ = model_tasks(entry["model"], seed, 0)
             parts[entry["model"]] = {w.workload_key: w for w in part.tasks}
         workload = parts[entry["model"]].get(entry["workload_key"])
-        timed = [c for c in entry["candidates"] if c["ms"] is not None]
-        if workload is None or len(timed) < 2:
+        if workload is None:
             continue
-        states = [ir.State.from_steps(workload.dag, steps_from_json(c["steps"])) for c in timed]
+        timed, states = [], []
+        for c in entry["candidates"]:
+            if c["ms"] is None:
+                continue
+            try:   # (steps of an older search space no longer replay: the candidate is left out)
+                states.append(ir.State.from_steps(workload.dag, steps_from_json(c["steps"])))
+            except (ir.InvalidStep, ValueError):
+                continue
+            timed.append(c)
+        if len(timed) < 2:
+            continue
         pick = timed[best_first(workload.search_task(), model, states)[0]]["ms"]
         fastest = min(c["ms"] for c in timed)
         own = next((c["ms"] for c in timed if c["steps"] == entry["picks"].get(ident)), None)
@@ -233,6 +246,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
+    try:
+        rows = _run(args, parser)
+    except (ValueError, OSError) as err:   # a file of another kind or CPU, a model that is none
+        print(f"pick_regret: {err}", file=sys.stderr)
+        return 2
+    emit_json("pick_regret", rows)
+    return 0
+
+
+def _run(args, parser) -> list[dict]:
     if args.smoke:
         import tempfile
         out = os.path.join(tempfile.mkdtemp(prefix="pick_regret_"), "smoke.json")
@@ -245,8 +268,7 @@ def main(argv=None) -> int:
         rows = evaluate(args.evaluate, args.base_models, args.seed)
     else:
         parser.error("say --collect, --evaluate FILE or --smoke")
-    emit_json("pick_regret", rows)
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

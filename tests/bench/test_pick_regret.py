@@ -80,3 +80,27 @@ def test_the_avx2_file_in_bench_data_holds_measured_candidates_of_seven_models()
     for t in data["tasks"]:
         timed = {c["steps"] for c in t["candidates"] if c["ms"] is not None}
         assert len(timed) >= 16 and len(t["picks"]) == 2 and set(t["picks"].values()) <= timed, t["desc"]
+
+
+def test_collecting_into_a_file_of_another_cpu_is_refused_in_one_line_and_the_file_is_left_alone(tmp_path, capsys):
+    path = tmp_path / "other_cpu.json"
+    text = json.dumps({"format": P.FORMAT, "machine": {"llvm_cpu": "not-this-cpu"}, "tasks": []})
+    path.write_text(text)
+    assert P.main(["--collect", "--models", "smoke", "-o", str(path), "--base-models", MODEL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pick_regret: ") and "not-this-cpu" in err and "\n" not in err
+    assert path.read_text() == text
+
+
+def test_a_candidate_whose_steps_do_not_replay_is_left_out_of_the_choice(tmp_path):
+    out = str(tmp_path / "picks.json")
+    data = P.collect(["smoke"], out, seed=0, largest=1, turns=1, specs=[MODEL], params=P.SMOKE_SEARCH,
+                     say=lambda *_: None)
+    (entry,) = data["tasks"]
+    timed = [c for c in entry["candidates"] if c["ms"] is not None]
+    fastest = min(c["ms"] for c in timed)
+    entry["candidates"].append({"steps": '[["SP", 99, 0, [4], true]]', "ms": fastest / 10})   # no stage 99
+    with open(out, "w") as f:
+        json.dump(data, f)
+    (row,) = P.regrets(P.load(out), MODEL)
+    assert row["candidates"] == len(timed) and row["fastest_ms"] == fastest and row["regret"] >= 1.0
