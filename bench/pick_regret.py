@@ -31,9 +31,10 @@ A model that did not collect is judged on how it orders the programs the others'
 found, not on what its own search would find. The file names the CPU it was measured on:
 judge models of that vector width with it. ``bench/data/pick_regret_avx2.json.gz`` holds the
 10 largest tasks of ResNet-50, RegNetX-1.6GF, MobileNet-V3-Large, EfficientNet-B0,
-ConvNeXt-Tiny, DistilBERT and GPT-2 measured on a Zen 3 VM (AVX2; 2026-12-01), each with the
-candidates of the shipped AVX2 and AVX-512 base models (about 31 a task): an AVX2 model can be
-judged on it on any machine.
+ConvNeXt-Tiny, DistilBERT and GPT-2 measured on Zen 3 VMs (AVX2; each pool timed again as a
+whole on 2026-12-02), each with the candidates of four base models (about 55 a task): the AVX2
+model shipped before 2026-12-02, the one shipped since, the AVX-512 one, and an ensemble of the
+first and the third's members. An AVX2 model can be judged on it on any machine.
 """
 from __future__ import annotations
 
@@ -150,8 +151,10 @@ def load(path: str) -> dict:
 
 
 def _write(data: dict, path: str) -> None:
+    """Write ``data`` to ``path`` whole or not at all, gzip-compressed when its name ends in
+    .gz (``load`` reads it so)."""
     tmp = f"{path}.part"
-    with open(tmp, "w") as f:
+    with (gzip.open(tmp, "wt") if path.endswith(".gz") else open(tmp, "w")) as f:
         json.dump(data, f)
     os.replace(tmp, path)
 

@@ -3,8 +3,10 @@
     python bench/training_records.py --trials 128 --log-dir bench/.cache/training
     python bench/training_records.py --list          # the workloads, one a line
     python bench/training_records.py --picks 16 --log-dir bench/.cache/training   # the model's own picks
-    tar xzf bench/data/training_records.tar.gz -C /tmp; tar xzf bench/data/training_records_avx512.tar.gz -C /tmp
-    python -m autosched pretrain /tmp/training/*.json -o autosched/data/base_model.json
+    for a in training_records training_records_avx512 training_records_avx2 training_records_avx2_picks; do
+        tar xzf bench/data/$a.tar.gz -C /tmp; done
+    python -m autosched pretrain /tmp/training/*.json /tmp/training_avx2/*.json /tmp/training_avx2_picks/*.json \
+        --members 4 -o autosched/data/base_model.json
     python -m autosched pretrain /tmp/training/*.json /tmp/training_avx512/*.json --top-weight 1 \
         --members 4 -o autosched/data/base_model_avx512.json
 
@@ -21,8 +23,11 @@ whatever its epilogue) of a task of the coverage models in ``COVERAGE_MODELS``
 predate that check, and one of them, DEP-1x112x112x16-k3s1p1, is MobileNet-V3-Large's
 first depthwise layer. ``autosched.history.base_model.training_workloads`` is
 that list; ``check_disjoint`` enforces it. The logs of the shipped models are
-``bench/data/training_records.tar.gz`` (both) and ``bench/data/training_records_avx512.tar.gz``
-(the AVX-512 one: tunings and two to six rounds of ``--picks 16`` made on Zen 5 VMs).
+``bench/data/training_records.tar.gz`` (both), ``bench/data/training_records_avx512.tar.gz``
+(the AVX-512 one: tunings and two to six rounds of ``--picks 16`` made on Zen 5 VMs), and
+``training_records_avx2.tar.gz`` and ``training_records_avx2_picks.tar.gz`` (the AVX2 one:
+tunings of the workloads that had AVX-512 records only, and a round of ``--picks 16`` of the
+others, made on Zen 3 VMs).
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
 Workloads in ``base_model.COLD_WEIGHT_TRAINING`` are timed as a network's tasks are, with

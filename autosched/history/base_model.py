@@ -5,12 +5,15 @@ Two ship inside the package, one per vector width, both built by ``autosched pre
 (see docs/history.md): records of the ``TRAINING_WORKLOADS`` below, which are other shapes
 than those the benchmarks evaluate, measured on AVX2 and AVX-512 CPUs.
 ``data/base_model.json`` ranks programs for 8-lane (AVX2) targets; it learnt the logs in
-``bench/data/training_records.tar.gz``. ``data/base_model_avx512.json`` ranks them for
+``bench/data/training_records.tar.gz``, ``training_records_avx2.tar.gz`` (AVX2 tunings of the
+``AVX512_ONLY_TRAINING`` workloads) and ``training_records_avx2_picks.tar.gz`` (a round of its
+predecessor's own picks on the other model-family workloads, timed on Zen 3), as an ensemble
+of four (see below). ``data/base_model_avx512.json`` ranks them for
 16-lane (AVX-512) ones: it learnt those logs and ``bench/data/training_records_avx512.tar.gz``
 (AVX-512 tunings of the ``AVX512_ONLY_TRAINING`` workloads, and two to six rounds of its
 predecessors' own picks on every model-family workload), with its rank pairs weighted towards the fast
 programs (``--top-weight 1``). On an AVX-512 CPU the AVX2 model's pick sat near the bottom
-of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid. It is
+of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid. Each is
 an ensemble of four models, each trained on a bootstrap resample of the programs
 (``--members 4``), that ranks by their mean: every single model retrained on more records
 moved its picks by up to 9x in families it had learnt nothing new of (BENCHMARKS.md,
@@ -200,9 +203,9 @@ TRAINING_OPERATORS = {
     **MODEL_FAMILY_OPERATORS,
 }
 
-#: model-family workloads tuned on an AVX-512 CPU only: the shipped models learnt their logs
-#: in bench/data/training_records_avx512.tar.gz, and the AVX2 model has not seen them (their
-#: AVX2 tunings, bench/data/training_records_avx2.tar.gz, no shipped model has learnt yet)
+#: model-family workloads first tuned on an AVX-512 CPU only (their logs in
+#: bench/data/training_records_avx512.tar.gz, which the AVX-512 model learnt); their AVX2
+#: tunings, bench/data/training_records_avx2.tar.gz, the AVX2 model learnt
 AVX512_ONLY_TRAINING = frozenset(("conv2d_chain-1x24x24x160x160-k3-bias-relu", "conv2d_chain-1x20x20x320x320-k3s2-bias-relu",
                                   "conv2d_chain-1x20x20x192x192-k3g8-bias-relu",
                                   "conv2d_chain-1x40x40x96x96-k3s2g4-bias-relu",

@@ -115,9 +115,9 @@ class LibraryEntry:
 
 
 class ProgramLibrary:
-    """The programs of a library file's workloads, for tasks of one target kind; each
-    workload rebuilt and its programs replayed at the first task of its operator family
-    that asks (``sources``)."""
+    """The programs of a library file's workloads, for tasks of one target kind; every
+    workload rebuilt at the first task that asks (``sources``), and its programs replayed
+    when a task is first offered them."""
 
     def __init__(self, entries, kind: str = "llvm", identity: str | None = None):
         self.entries = list(entries)
@@ -126,6 +126,7 @@ class ProgramLibrary:
         #: remembered under one library is made again under another
         self.identity = identity or hashlib.sha256(repr((kind, self.entries)).encode()).hexdigest()[:16]
         self._families: dict[str, list] | None = None
+        self._states: dict[int, list[ir.State]] = {}
 
     @classmethod
     def from_json(cls, data: bytes | str, what: str = "program library") -> "ProgramLibrary":
@@ -147,33 +148,48 @@ class ProgramLibrary:
     def sources(self, task: ir.SearchTask, workloads: int) -> list[ir.State]:
         """The programs of the ``workloads`` library workloads of ``task``'s operator family
         (``similarity_tag``) nearest to it in flop count, fastest first within each (none
-        for another target kind, or a task without a reduction)."""
+        for another target kind, or a task without a reduction). Only those workloads'
+        programs are replayed (once each per library): replaying a whole library costs a
+        second or more, and a model's tasks ask for a few families."""
         tag = similarity_tag(task.dag)
-        if task.target.kind != self.kind or not tag:
+        if task.target.kind != self.kind or not tag or workloads < 1:
             return []
         log_flops = math.log(max(task.dag.flop_count(), 1.0))
         family = sorted(self._by_family().get(tag, ()), key=lambda w: (abs(w[0] - log_flops), w[1]))
-        return [state for _, _, states in family[:workloads] for state in states]
+        out: list[ir.State] = []
+        for _, _, index, dag in family:
+            replayed = self._replayed(index, dag)
+            if replayed:
+                out += replayed
+                workloads -= 1
+                if workloads == 0:
+                    break
+        return out
 
     def _by_family(self) -> dict[str, list]:
-        """Tag -> (log flops, workload key, replayed programs) of every workload that is
-        rebuilt and has a program that replays."""
+        """Tag -> (log flops, workload key, entry index, DAG) of every workload that is
+        rebuilt (cheap: no program replayed)."""
         if self._families is None:
             self._families = {}
-            for entry in self.entries:
+            for index, entry in enumerate(self.entries):
                 dag = rebuild_workload(entry.workload_key, entry.label)
-                if dag is None:
-                    continue
-                states = []
-                for steps in entry.programs:
-                    try:   # (within the caps of a record's steps: a library may come from someone else)
-                        states.append(replay_checked(dag, steps))
-                    except ir.InvalidStep:
-                        continue   # (a program of an older search space)
-                if states:
+                if dag is not None and entry.programs:
                     self._families.setdefault(similarity_tag(dag), []).append(
-                        (math.log(max(dag.flop_count(), 1.0)), entry.workload_key, states))
+                        (math.log(max(dag.flop_count(), 1.0)), entry.workload_key, index, dag))
         return self._families
+
+    def _replayed(self, index: int, dag) -> list[ir.State]:
+        """The programs of entry ``index`` that replay on its ``dag`` (a workload none of
+        whose programs replays offers none)."""
+        if index not in self._states:
+            states = []
+            for steps in self.entries[index].programs:
+                try:   # (within the caps of a record's steps: a library may come from someone else)
+                    states.append(replay_checked(dag, steps))
+                except ir.InvalidStep:
+                    continue   # (a program of an older search space)
+            self._states[index] = states
+        return self._states[index]
 
 
 def library_path(spec="default", hardware=None) -> str | None:

@@ -128,7 +128,9 @@ def test_sources_are_the_nearest_workloads_of_the_family_and_none_elsewhere():
     library = L.ProgramLibrary.from_json(json.dumps(L.build_library(records)[0]))
     _, task = _dense(28, n=112)
     assert [s.dag.workload_key() for s in library.sources(task, 1)] == [near.workload_key] * 2
-    assert len(library.sources(task, 2)) == 4
+    assert len(library._states) == 1          # only the workload offered was replayed
+    assert len(library.sources(task, 2)) == 4 and len(library._states) == 2
+    assert library.sources(task, 0) == []
     conv = ops.workload("conv2d_chain", 1, 8, 8, 16, 32, 3, epilogue="bias-relu")
     assert library.sources(ir.SearchTask(ir.ComputeDAG(conv.tensors)), 8) == []   # another family
     assert L.ProgramLibrary(library.entries, kind="cuda").sources(task, 8) == []   # another target kind
@@ -176,7 +178,8 @@ def test_the_shipped_libraries_rebuild_and_replay(monkeypatch):
         library = L.load_program_library(path)
         assert library.kind == "llvm" and len(library.entries) >= 40, path
         families = library._by_family()
-        replayed = sum(len(states) for members in families.values() for _, _, states in members)
+        replayed = sum(len(library._replayed(index, dag)) for members in families.values()
+                       for _, _, index, dag in members)
         assert replayed == sum(len(e.programs) for e in library.entries), path   # every program replays
         assert {"dense", "conv2d_nhwc", "depthwise_conv2d_nhwc"} <= set(families), path
 

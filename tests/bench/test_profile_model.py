@@ -119,8 +119,10 @@ def test_smoke_run_sums_every_kernel_into_a_family_and_probes_a_task(capsys, mon
     assert model["cold_kernels_sum_ms"] > 0           # every kernel timed with its weights evicted too
     assert model["e2e_over_cold_kernels"] == pytest.approx(model["latency_ms"] / model["cold_kernels_sum_ms"])
     assert sum(f["one_thread_ms"] for f in families) == pytest.approx(model["one_thread_kernels_sum_ms"])
-    # every kernel timed inside a run too: their sum is a run, give or take a Python call per kernel
-    assert 0 < model["in_run_kernels_sum_ms"] < 5 * model["latency_ms"] + 0.01 * model["kernels"]
+    # every kernel timed inside a run too: their sum is a run, give or take a Python call and a
+    # thread pool's wake-up per kernel (the smoke run's kernels take microseconds; a busy CI
+    # machine read 0.38 ms for a 0.025 ms run)
+    assert 0 < model["in_run_kernels_sum_ms"] < 5 * model["latency_ms"] + 0.1 * model["kernels"]
 
 
 def test_against_times_the_tasks_whose_programs_differ_in_turns(capsys, monkeypatch, tmp_path):
