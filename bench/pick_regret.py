@@ -62,6 +62,8 @@ from ir.steps import steps_from_json, steps_to_json  # noqa: E402
 FORMAT = "autosched pick regret 2"
 #: the longest file read (the AVX2 one in bench/data: 69 tasks, about 2 MB)
 MAX_FILE_CHARS = 256 << 20
+#: what every task of a file holds
+TASK_FIELDS = frozenset(("model", "workload_key", "desc", "calls", "candidates", "picks"))
 #: the smoke run's zero-trial search (a tenth of it)
 SMOKE_SEARCH = profile_model.SMOKE_SEARCH
 
@@ -140,13 +142,21 @@ def collect(names: list[str], out: str, seed: int, largest: int, turns: int, spe
 def load(path: str) -> dict:
     """A file ``collect`` wrote (gzip-compressed when its name ends in .gz, as the one in
     bench/data), at most ``MAX_FILE_CHARS`` long."""
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        text = f.read(MAX_FILE_CHARS + 1)
+    try:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+            text = f.read(MAX_FILE_CHARS + 1)
+    except EOFError:   # (a gzip stream cut short; a damaged one is an OSError)
+        raise ValueError(f"{path} is a gzip file cut short: not a file of measured candidates") from None
     if len(text) > MAX_FILE_CHARS:
         raise ValueError(f"{path} is longer than {MAX_FILE_CHARS} characters: not a file of measured candidates")
     data = json.loads(text)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{path} is not a file of measured candidates ({FORMAT!r})")
+    tasks = data.get("tasks")
+    if not isinstance(data.get("machine"), dict) or not isinstance(tasks, list) or not all(
+            isinstance(t, dict) and TASK_FIELDS <= t.keys() and isinstance(t["candidates"], list)
+            and isinstance(t["picks"], dict) for t in tasks):
+        raise ValueError(f"{path} has no machine, or a task without the fields {sorted(TASK_FIELDS)}")
     return data
 
 

@@ -96,9 +96,9 @@ def test_the_avx512_models_own_logs_are_avx512_records_of_the_model_family_workl
 
 
 def test_the_avx2_logs_of_the_avx512_only_workloads_are_a_tuning_and_a_round_of_picks_each(tmp_path):
-    """AVX2 records of the workloads the shipped AVX2 model has not seen (not learnt by a
-    shipped model yet: docs/history.md): 128 trials from scratch, then at most 16 picks and
-    the default schedule."""
+    """AVX2 records of the workloads that had AVX-512 records only (the shipped AVX2 model
+    learnt them: docs/history.md): 128 trials from scratch, then at most 16 picks and the
+    default schedule."""
     logs = archived_logs(AVX2_TRAINING_LOGS, tmp_path)
     assert set(logs) == set(B.AVX512_ONLY_TRAINING)
     for label, records in logs.items():

@@ -79,6 +79,20 @@ def test_a_file_of_something_else_is_refused(tmp_path):
         P.load(str(path))
 
 
+def test_a_damaged_file_is_refused_in_one_line(tmp_path, capsys):
+    cut = tmp_path / "cut.json.gz"
+    P._write({"format": P.FORMAT, "machine": {}, "tasks": [{"model": "m"}] * 1000}, str(cut))
+    cut.write_bytes(cut.read_bytes()[:40])                          # a download cut short
+    no_fields = tmp_path / "no_fields.json"
+    no_fields.write_text(json.dumps({"format": P.FORMAT, "machine": {}, "tasks": [{"model": "m"}]}))
+    for path, says in ((cut, "cut short"), (no_fields, "without the fields")):
+        with pytest.raises(ValueError, match=says):
+            P.load(str(path))
+        assert P.main(["--evaluate", str(path), "--base-models", MODEL]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("pick_regret: ") and says in err and "\n" not in err
+
+
 def test_the_avx2_file_in_bench_data_holds_measured_candidates_of_seven_models():
     path = os.path.join(os.path.dirname(P.__file__), "data", "pick_regret_avx2.json.gz")
     data = P.load(path)
