@@ -5,6 +5,7 @@ tasks of real models it never trained on: the regret of its pick among measured 
     python bench/pick_regret.py --collect --models resnet50 --base-models default new.json -o picks_avx2.json
     python bench/pick_regret.py --evaluate picks_avx2.json --base-models default /tmp/retrained.json
     python bench/pick_regret.py --evaluate bench/data/pick_regret_avx2.json.gz --base-models default F
+    python bench/pick_regret.py --evaluate bench/data/pick_regret_avx512.json.gz --base-models default F
     python bench/pick_regret.py --smoke
 
 A zero-trial program is the model's favourite among the few dozen programs its short search
@@ -35,6 +36,12 @@ ConvNeXt-Tiny, DistilBERT and GPT-2 measured on Zen 3 VMs (AVX2; each pool timed
 whole on 2026-12-02), each with the candidates of four base models (about 55 a task): the AVX2
 model shipped before 2026-12-02, the one shipped since, the AVX-512 one, and an ensemble of the
 first and the third's members. An AVX2 model can be judged on it on any machine.
+``bench/data/pick_regret_avx512.json.gz`` holds the same 69 tasks measured on a Zen 5 VM
+(``znver5``, AVX-512; 2026-12-02) with the candidates of the AVX-512 model and of one retrained
+on a round of its own picks (about 31 a task): judge AVX-512 models on it. ``--evaluate`` ends
+with each model's own picks summed per model (calls x milliseconds over the tasks where every
+model's own pick was timed) and their ratio to the first model's: what each would make of
+those tasks' share of a run, on the same programs.
 """
 from __future__ import annotations
 
@@ -241,7 +248,37 @@ def evaluate(path: str, specs: list[str], seed: int, say=print) -> list[dict]:
                f"{own['weighted_regret']:.3f}" if own["tasks"] else ""))
         rows.append(json_row(str(spec), **s, own_tasks=own["tasks"], own_geomean_regret=own["geomean_regret"],
                              own_weighted_regret=own["weighted_regret"]))
+    own_by_model = own_pick_times(by_spec, specs)
+    if own_by_model:
+        table = Table(["model", "fastest ms", *[f"own {i} ms" for i in range(len(specs))],
+                       *[f"own {i} / own 0" for i in range(1, len(specs))]])
+        for name, (fastest, own) in own_by_model.items():
+            table.add(name, f"{fastest:.3f}", *[f"{ms:.3f}" for ms in own], *[f"{ms / own[0]:.3f}" for ms in own[1:]])
+        table.print()
+        for i in range(1, len(specs)):
+            ratios = [own[i] / own[0] for _, own in own_by_model.values() if own[0] > 0]
+            if ratios:
+                say(f"# own {i} / own 0, geometric mean over {len(ratios)} models: "
+                    f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
     return rows
+
+
+def own_pick_times(by_spec: dict, specs: list) -> dict:
+    """Per model: (calls x the fastest candidate's ms, [calls x each spec's own pick's ms, or
+    None]) summed over the tasks where every spec's own pick was timed: what each model's
+    zero-trial programs of those tasks would cost a run of the model, on the same programs."""
+    fastest: dict = {}
+    own: dict = {}
+    for key, first in by_spec[specs[0]].items():
+        got = [by_spec[s].get(key) for s in specs]
+        if any(g is None or g["own_ms"] is None for g in got):
+            continue
+        name = first["model"]
+        fastest[name] = fastest.get(name, 0.0) + first["calls"] * first["fastest_ms"]
+        sums = own.setdefault(name, [0.0] * len(specs))
+        for i, g in enumerate(got):
+            sums[i] += g["calls"] * g["own_ms"]
+    return {name: (fastest[name], own[name]) for name in fastest}
 
 
 def main(argv=None) -> int:

@@ -63,6 +63,18 @@ def test_collect_measures_the_candidates_resumes_and_the_regret_is_the_picks_tim
                                                  ((row["calls"] + 3) * row["fastest_ms"]))
 
 
+def test_own_pick_times_sum_calls_times_each_models_own_pick_over_the_tasks_all_of_them_timed():
+    def row(model, calls, fastest, own):
+        return {"model": model, "calls": calls, "fastest_ms": fastest, "own_ms": own}
+    by_spec = {"a": {("m", "t1"): row("m", 2, 1.0, 1.5), ("m", "t2"): row("m", 1, 3.0, 3.0),
+                     ("n", "t3"): row("n", 4, 0.5, 0.5), ("n", "t4"): row("n", 1, 1.0, 2.0)},
+               "b": {("m", "t1"): row("m", 2, 1.0, 1.0), ("m", "t2"): row("m", 1, 3.0, 6.0),
+                     ("n", "t3"): row("n", 4, 0.5, None), ("n", "t4"): row("n", 1, 1.0, 1.0)}}
+    got = P.own_pick_times(by_spec, ["a", "b"])
+    # t3 is left out: b's own pick of it was not timed
+    assert got == {"m": (2 * 1.0 + 3.0, [2 * 1.5 + 3.0, 2 * 1.0 + 6.0]), "n": (1.0, [2.0, 1.0])}
+
+
 def test_a_file_named_gz_is_written_compressed_and_read_back(tmp_path):
     path = str(tmp_path / "picks.json.gz")
     data = {"format": P.FORMAT, "machine": {}, "tasks": []}
@@ -93,18 +105,20 @@ def test_a_damaged_file_is_refused_in_one_line(tmp_path, capsys):
         assert err.startswith("pick_regret: ") and says in err and "\n" not in err
 
 
-def test_the_avx2_file_in_bench_data_holds_measured_candidates_of_seven_models():
-    path = os.path.join(os.path.dirname(P.__file__), "data", "pick_regret_avx2.json.gz")
-    data = P.load(path)
-    assert data["machine"]["avx2"] and not data["machine"]["avx512f"]
+@pytest.mark.parametrize("name, avx512, models", [
+    # the picks of the AVX2 models shipped before and since 2026-12-02, the AVX-512 one's, and an
+    # ensemble of the first and the third's members; the AVX-512 model's and one retrained on a
+    # round of its own picks (BENCHMARKS.md)
+    ("pick_regret_avx2.json.gz", False, 4), ("pick_regret_avx512.json.gz", True, 2)])
+def test_the_files_in_bench_data_hold_measured_candidates_of_seven_models(name, avx512, models):
+    data = P.load(os.path.join(os.path.dirname(P.__file__), "data", name))
+    assert data["machine"]["avx2"] and data["machine"]["avx512f"] == avx512
     assert {t["model"] for t in data["tasks"]} == {"resnet50", "regnet_x_1_6gf", "mobilenet_v3_large",
                                                     "efficientnet_b0", "convnext_tiny", "distilbert", "gpt2"}
     assert len(data["tasks"]) == 69
     for t in data["tasks"]:
         timed = {c["steps"] for c in t["candidates"] if c["ms"] is not None}
-        # the picks of the AVX2 models shipped before and since 2026-12-02, the AVX-512 one's, and
-        # an ensemble of the first and the third's members (BENCHMARKS.md)
-        assert len(timed) >= 16 and len(t["picks"]) == 4 and set(t["picks"].values()) <= timed, t["desc"]
+        assert len(timed) >= 16 and len(t["picks"]) == models and set(t["picks"].values()) <= timed, t["desc"]
 
 
 def test_collecting_into_a_file_of_another_cpu_is_refused_in_one_line_and_the_file_is_left_alone(tmp_path, capsys):
