@@ -27,7 +27,8 @@ that list; ``check_disjoint`` enforces it. The logs of the shipped models are
 (the AVX-512 one: tunings and two to six rounds of ``--picks 16`` made on Zen 5 VMs), and
 ``training_records_avx2.tar.gz`` and ``training_records_avx2_picks.tar.gz`` (the AVX2 one:
 tunings of the workloads that had AVX-512 records only, and a round of ``--picks 16`` of the
-others, made on Zen 3 VMs).
+others, made on Zen 3 VMs). ``training_records_avx2_picks2.tar.gz`` and ``training_records_avx512_picks.tar.gz`` are
+the next rounds of each ensemble's picks (Zen 3, Zen 5), not learnt by a shipped model.
 Each workload is tuned as a user would (random programs first, then the search), so the
 log holds both random and good programs, which is what a model must tell apart.
 Workloads in ``base_model.COLD_WEIGHT_TRAINING`` are timed as a network's tasks are, with
