@@ -21,6 +21,7 @@ from ir.loops import LEAKS, check
 from ir.steps import (AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FollowFusedSplitStep,
                       FollowSplitStep, PragmaStep, SplitStep)
 from sketch_rules.annotation import factorizations, off_grid_vector_loops, vector_lengths
+from sketch_rules.default_schedules import annotate_naive_stages
 
 from .mutation import vector_lane_group
 
@@ -87,14 +88,25 @@ def adapt_program(program: ir.State, task: ir.SearchTask) -> ir.State | None:
     DAG's extents (``nearest_factorization``), placement and annotation steps that no longer
     apply dropped. A fit that leaves more vector loops off the lane grid than ``program``
     has (16 lanes fitted to 408 = 8 x 51 channels: 17; ``good_vector_length``) is made again
-    with every split's innermost length on the grid. None when a step that shapes the loops
-    or stages does not apply, or the result breaks the task's device limits or the grid."""
+    with every split's innermost length on the grid. A program of a DAG of fewer operations
+    (a dense layer with a bias, carried to one with a bias and GELU) leaves the extra ones
+    unscheduled: they get the default schedule's annotations
+    (``sketch_rules.default_schedules.annotate_naive_stages``; without, MobileNet-V3's 112x112
+    depthwise layer took a program whose ReLU ran serial and scalar, 3.6x slower, ranked first).
+    None when ``program``'s DAG has more operations (or fewer, on a GPU), when a step that
+    shapes the loops or stages does not apply, or when the result breaks the task's device
+    limits or the grid."""
+    extra = len(task.dag.compute_ops) - len(program.dag.compute_ops)
+    if extra < 0 or extra and task.hardware.is_gpu:
+        return None   # steps name stages by index: here some would name other operations
     group = vector_lane_group(task)
     state = _fitted(program, task, None)
     if state is not None and group and off_grid_vector_loops(state, group) > off_grid_vector_loops(program, group):
         state = _fitted(program, task, group)
         if state is not None and off_grid_vector_loops(state, group) > off_grid_vector_loops(program, group):
             return None
+    if state is not None and extra:
+        state = annotate_naive_stages(state, task.hardware)
     return state
 
 

@@ -88,6 +88,23 @@ def _each_root_stage(state: ir.State, schedule) -> ir.State:
     return state
 
 
+def annotate_naive_stages(state: ir.State, hardware) -> ir.State:
+    """``state`` with every root compute stage whose loops are still its operation's own
+    (none split, fused or annotated: no step scheduled it) annotated as the default schedule
+    annotates it: a program carried over from a DAG of fewer operations
+    (``evolution.transfer``) leaves the extra ones so, and a naive loop over a whole map or
+    matrix runs serial and scalar (GPT-2's GELU after a dense layer: 128 x 3072 elements)."""
+    least = hardware.min_parallel_work
+
+    def naive(state: ir.State, sid: int) -> ir.State:
+        st = state.stages[sid]
+        if st.origin != "op" or len(st.iters) != len(st.op.axis) + len(st.op.reduce_axis) or \
+                any(it.annotation != "none" for it in st.iters):
+            return state
+        return _annotate_stage(state, sid, least)
+    return _each_root_stage(state, naive)
+
+
 def cpu_default_schedule(dag: ir.ComputeDAG, hardware=None) -> ir.State:
     """The CPU program an untuned workload runs: cheap elementwise stages inlined, each
     remaining stage's outer space loops fused and parallel (when it has the work for

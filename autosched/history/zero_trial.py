@@ -72,8 +72,10 @@ SMALL_TASK_PARAMS = SearchParams(population=64, generations=2, init_min_populati
 #: (``sketch_rules.annotation.FillTileSize``), and a run-time tensor padded past the axis
 #: makes it ``paddable``; 11: a favourite whose first reads of data that come from memory in a
 #: network no prefetcher follows gives way to the next best that waits less (``evolution.cold_reads``);
-#: 12: padded vector tiles only in a stage computed into a local tile (``sketch_rules.annotation.pads_locally``)
-SEARCH_VERSION = 12
+#: 12: padded vector tiles only in a stage computed into a local tile (``sketch_rules.annotation.pads_locally``);
+#: 13: a program carried over from a DAG of fewer operations has the extra ones annotated as the default
+#: schedule annotates them, not left naive, and none from a DAG of more (``evolution.transfer.adapt_program``)
+SEARCH_VERSION = 13
 #: how many of the search's best predicted programs the zero-trial choice ranks
 CANDIDATES = 16
 #: how many other tasks of a model's operator family offer their picks to a task
