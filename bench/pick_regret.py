@@ -264,8 +264,8 @@ def evaluate(path: str, specs: list[str], seed: int, say=print) -> list[dict]:
 
 
 def own_pick_times(by_spec: dict, specs: list) -> dict:
-    """Per model: (calls x the fastest candidate's ms, [calls x each spec's own pick's ms, or
-    None]) summed over the tasks where every spec's own pick was timed: what each model's
+    """Per model: (calls x the fastest candidate's ms, [calls x each spec's own pick's ms])
+    summed over the tasks where every spec's own pick was timed: what each model's
     zero-trial programs of those tasks would cost a run of the model, on the same programs."""
     fastest: dict = {}
     own: dict = {}
