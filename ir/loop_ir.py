@@ -118,6 +118,14 @@ class Pragma(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class Prefetch(Stmt):
+    """CPU: a hint to fetch the cache line of ``buffer[index]`` ahead of its use (it reads
+    nothing and never faults; ``ir.cpu.prefetch`` adds them after lowering)."""
+    buffer: Buffer
+    index: E.Expr
+
+
+@dataclass(frozen=True, eq=False)
 class Barrier(Stmt):
     """GPU: every thread of the block waits here until all have arrived, and sees the
     shared memory they wrote before (``__syncthreads``)."""
@@ -193,6 +201,8 @@ def stmt_str(s: Stmt, indent: int = 0) -> str:
         return f"{pad}pragma {s.key}={s.value}:\n{stmt_str(s.body, indent + 1)}"
     if isinstance(s, Barrier):
         return f"{pad}barrier"
+    if isinstance(s, Prefetch):
+        return f"{pad}prefetch {s.buffer.name}[{expr_str(s.index)}]"
     if isinstance(s, AllReduce):
         at = f"{s.buffer.name}[{expr_str(s.index)}]"
         return f"{pad}{at} = allreduce_{s.combiner}({at}) over the block's threads"

@@ -11,6 +11,7 @@ from ..lower import Lowering, lower
 from ..target import HardwareParams, Target
 from .codegen import generate
 from .driver import NativeDriver
+from .prefetch import add_prefetches
 from .object_key import object_key
 from .runtime import CompiledModule, Kernel, ObjectModule, compile_object, host_cpu, load_kernel, native_timer
 
@@ -74,7 +75,7 @@ class CPUBackend(Backend):
                 layouts = {p.tensor_name: p for p in plan_all(state).values()} if layout_rewrite else {}
                 return load_kernel(dag, data, name, layouts, state, layout_rewrite)
         lowered = lower(state, name, layout_rewrite)
-        text = generate(lowered, name)
+        text = generate(add_prefetches(lowered), name)
         if key is None:
             compiled = CompiledModule(text, name)
         else:
@@ -85,7 +86,7 @@ class CPUBackend(Backend):
 
     def compile(self, target, state, name: str, layout_rewrite: bool) -> tuple[bytes, dict]:
         lowered = lower(state, name, layout_rewrite)
-        return compile_object(generate(lowered, name)), dict(lowered.layouts or {})
+        return compile_object(generate(add_prefetches(lowered), name)), dict(lowered.layouts or {})
 
     def load(self, dag, artefact: bytes, name: str, layouts: dict) -> Kernel:
         return load_kernel(dag, artefact, name, layouts)

@@ -21,9 +21,10 @@ as numpy's do, instead of a signal.
 """
 from __future__ import annotations
 
+from .. import dtype as dt
 from .. import expr as E
 from ..llvm_codegen import FunctionBuilder, ModuleBuilder, Value, depends_on
-from ..loop_ir import Allocate, Buffer, For, IfThenElse, Load, Stmt, Store, children, nest_trips
+from ..loop_ir import Allocate, Buffer, For, IfThenElse, Load, Prefetch, Stmt, Store, children, nest_trips
 from ..simplify import Simplifier, structural_key
 
 MAX_VECTOR_LANES = 16
@@ -35,6 +36,21 @@ class CPUFunctionBuilder(FunctionBuilder):
     """The shared builder with the CPU's loops: explicit vector code, libgomp threads."""
     #: whether this function is the body of an outlined parallel loop (no nested regions)
     in_parallel = False
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Prefetch):
+            return self.prefetch(s)
+        super().stmt(s)
+
+    def prefetch(self, s: Prefetch) -> None:
+        """``llvm.prefetch`` of the line of ``buffer[index]`` (read, keep in all levels); the
+        address is computed without ``inbounds``: a prefetch past the end is a valid hint."""
+        index = self.ev(s.index)
+        ptr = self.instr(f"getelementptr {dt.storage_llvm_type(s.buffer.dtype)}, ptr {self.buffers[id(s.buffer)]}, "
+                         f"{index.full} {index.ref}", "ptr", 1)
+        self.module.declare("declare void @llvm.prefetch.p0(ptr nocapture readonly, i32 immarg, i32 immarg, "
+                            "i32 immarg)")
+        self.emit(f"call void @llvm.prefetch.p0(ptr {ptr.ref}, i32 0, i32 3, i32 1)")
 
     def loop(self, s: For) -> None:
         if s.kind == "unroll" or (self.unroll_limit and s.kind == "serial" and nest_trips(s) <= self.unroll_limit):
