@@ -67,8 +67,8 @@ def _visit(s: Stmt, args: set) -> tuple[Stmt, set]:
         other, d2 = _visit(s.otherwise, args) if s.otherwise is not None else (None, set())
         same = then is s.then and other is s.otherwise
         return (s if same else IfThenElse(s.cond, then, other)), d1 | d2
-    if not isinstance(s, For):
-        return s, set()
+    if not isinstance(s, For) or s.kind == "vectorize":
+        return s, set()       # inside a vector loop an index has lanes: no hints there
     body, done = _visit(s.body, args)
     if s.kind == "serial" and s.extent > 1:
         hints = []
