@@ -11,8 +11,8 @@ from ..lower import Lowering, lower
 from ..target import HardwareParams, Target
 from .codegen import generate
 from .driver import NativeDriver
-from .prefetch import add_prefetches
 from .object_key import object_key
+from .prefetch import add_prefetches
 from .runtime import CompiledModule, Kernel, ObjectModule, compile_object, host_cpu, load_kernel, native_timer
 
 

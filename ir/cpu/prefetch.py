@@ -8,14 +8,15 @@ for the hardware prefetchers to run ahead of, so every block waits for memory (V
 dense layer: 1.5 ms with its weights in the caches, 2.1 ms in a run). Such a loop gets,
 at the top of its body, a prefetch of the block its iteration ``distance`` ahead reads.
 
-A loop qualifies for an argument of at least ``MIN_BUFFER_BYTES`` when every read of it inside the loop is affine in the
-loop nest's variables, the loop's variable moves it by at least a cache line onto the next
-block (at most twice the block's span: a stream, not a strided walk, which the stride
-prefetchers follow), the block one iteration reads is dense (it reads at least half the
-elements it spans) and spans at most ``MAX_LINES`` lines, a loop inside leaves its index
-unchanged (the reuse that starves the prefetchers), and the iteration's work is at least
-``SPARSE_OPERATIONS_PER_LINE`` operations per line of the block (a sparse stream). Only the innermost qualifying loop
-of an argument prefetches it.
+A loop qualifies for an argument of at least ``MIN_BUFFER_BYTES`` when every read of it
+inside the loop is affine in the loop nest's variables, the loop's variable moves it by at
+least a cache line onto the next block (at most twice the block's span: a stream, not a
+strided walk, which the stride prefetchers follow), the block one iteration reads is dense
+(it reads at least half the elements it spans) and spans at most ``MAX_LINES`` lines, a loop
+inside leaves its index unchanged (the reuse that starves the prefetchers), and the
+iteration's work is at least ``SPARSE_OPERATIONS_PER_LINE`` operations per line of the block
+(a sparse stream). Only the innermost qualifying loop of an argument prefetches it; loops
+inside a vector loop get none.
 """
 from __future__ import annotations
 
