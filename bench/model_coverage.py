@@ -27,6 +27,8 @@ weights needs both), and the timed run's two children read its one file. Per mod
 - with ``--tune-minutes M``: the model tuned M minutes (``autosched tune --minutes M``, from the
   shipped base model, no records database unless ``--records-db``): ``tuned_ms``,
   ``tuned_trials``, ``tuned_tasks_measured``, ``tuned_matches_onnxruntime`` (and ``openvino_ms``),
+  where the tuning's time went (``tune_search_s`` proposing programs, ``tune_measure_s`` measuring
+  them; ``tune_build_s``, ``tune_run_s`` the workers' compiling and running, summed over them),
   then the zero-trial programs, onnxruntime and OpenVINO timed again beside the tuned ones
   (``zero_trial_ms_after_tuning``, ``onnxruntime_ms_after_tuning``, ``openvino_ms_after_tuning``:
   the machine drifts in ten minutes) and the ratios to those: ``tuned_vs_onnxruntime``,
@@ -189,6 +191,7 @@ def _tune(row: dict, part, inputs, minutes: float, directory: str, others: dict)
     t0 = time.perf_counter()
     result = autosched.tune_networks([part], trials=TRIALS_WITHIN_MINUTES, time_budget_s=60.0 * minutes, log_file=log)
     executor = result.executor(0)
+    row.update({f"tune_{kind}_s": seconds for kind, seconds in result.scheduler.time_split().items()})
     row.update(tune_s=time.perf_counter() - t0, tuned_trials=result.trials,
                tuned_tasks_measured=sum(1 for c in result.best_costs if c < 1e9),
                tuned_matches_onnxruntime=_relative_error(executor.run(*inputs), others["onnxruntime"](*inputs)))

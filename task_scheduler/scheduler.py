@@ -300,6 +300,16 @@ class TaskScheduler:
                     cb.on_end(self)
         return self
 
+    def time_split(self) -> dict:
+        """Seconds so far over all tasks, by kind (``seconds``' keys): what a tuning's wall
+        time went to, proposing programs (the cost model's training included) against
+        measuring them."""
+        total = dict.fromkeys(("search", "measure", "build", "run"), 0.0)
+        for seconds in self.seconds:
+            for kind, value in seconds.items():
+                total[kind] += value
+        return total
+
     # display ----------------------------------------------------------------------------
     def table(self) -> str:
         """The per-task table (latency, speed, weight, trials, seconds into the tuning of its
@@ -321,6 +331,8 @@ class TaskScheduler:
         lat = self.network_latencies()
         est = ", ".join(f"{n}: {1e3 * v:.3f} ms" if v < NO_PROGRAM else f"{n}: -" for n, v in
                         zip(self.objective.names, lat))
+        split = self.time_split()
         lines.append(f"Estimated latency: {est} | objective ({self.objective.name}): {self.objective_value():.6g} | "
-                     f"trials: {self.total_trials} | {time.perf_counter() - self._start:.0f} s")
+                     f"trials: {self.total_trials} | {time.perf_counter() - self._start:.0f} s: "
+                     f"search {split['search']:.0f} s, measuring {split['measure']:.0f} s")
         return "\n".join(lines)

@@ -175,6 +175,10 @@ def test_callbacks_print_the_table_and_log_the_curve(tmp_path):
     sched.tune([FakePolicy() for _ in range(3)], FakeMeasurer(CURVES), trials=40, measure_batch=4)
     text = out.getvalue()
     assert "conv_a" in text and "dense_c" in text and "Estimated latency" in text and "stopped" in text
+    split = sched.time_split()
+    assert split["search"] == sum(s["search"] for s in sched.seconds) > 0
+    assert split["measure"] == sum(s["measure"] for s in sched.seconds) > 0
+    assert f"search {split['search']:.0f} s, measuring {split['measure']:.0f} s" in sched.table()
     assert len(log.points) == len(sched.choices) == 10
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [p["trials"] for p in lines] == list(range(4, 44, 4))
