@@ -24,7 +24,7 @@ import numpy as np
 import ir
 from . import graph, networks, ops
 from .graph import onnx_baselines as B
-from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, pretrain
+from .history.base_model import ENV_VAR as BASE_MODEL_ENV, MAX_ROUNDS as BASE_MODEL_ROUNDS, load_base_model, pretrain
 from .history.base_model import TOP_WEIGHT as BASE_MODEL_TOP_WEIGHT
 from .history.model_check import MAX_MEMBERS
 from .history.program_library import ENV_VAR as LIBRARY_ENV, PER_WORKLOAD as LIBRARY_PER_WORKLOAD, \
@@ -917,6 +917,9 @@ def add_pretrain(sub) -> None:
                      help="train this many models, each on a bootstrap resample of the programs, into one file "
                           "that ranks by their mean: steadier picks on workloads unlike the logs' "
                           "(default 1: one model)")
+    pre.add_argument("--start", type=existing_file("--start", "base cost model", MAX_BASE_MODEL_BYTES), metavar="FILE",
+                     help="continue this base model's trees instead of starting anew (each member its own; "
+                          "--rounds more at most): a model of one CPU adapted to another by that CPU's logs")
     _add_seed(pre)
     pre.set_defaults(fn=cmd_pretrain)
 
@@ -928,8 +931,9 @@ def cmd_pretrain(args) -> int:
         raise UsageError(f"--members {args.members}: a base model holds at most {MAX_MEMBERS} members")
     t0 = time.perf_counter()
     try:
+        start = load_base_model(args.start) if args.start else None
         model, info = pretrain(records, seed=args.seed, rounds=args.rounds, top_weight=args.top_weight,
-                               members=args.members)
+                               members=args.members, start=start)
     except ValueError as err:
         raise UsageError(str(err)) from None
     model.save(args.output)

@@ -9,6 +9,11 @@
         --members 4 -o autosched/data/base_model.json
     python -m autosched pretrain /tmp/training/*.json /tmp/training_avx512/*.json --top-weight 1 \
         --members 4 -o autosched/data/base_model_avx512.json
+    # Intel's AVX-512 model: three rounds of --picks 16 on an Intel VM, each with the model
+    # continued on the rounds before (--base-model), then the AVX-512 model continued on all three
+    tar xzf bench/data/training_records_intel_picks.tar.gz -C /tmp
+    python -m autosched pretrain /tmp/training_intel_picks/*.json --start autosched/data/base_model_avx512.json \
+        --rounds 50 --top-weight 1 -o autosched/data/base_model_avx512_intel.json
 
 The base model that ships inside the package must rank programs of workloads it has never
 seen, so it is trained on records of *other* shapes than those the benchmarks evaluate:

@@ -1,7 +1,8 @@
 """The base cost model: a small XGBoost rank model trained on tuning records of many
 workloads, so that a task's programs can be ranked before any of them is measured.
 
-Two ship inside the package, one per vector width, both built by ``autosched pretrain``
+Three ship inside the package, one per vector width and one for Intel's AVX-512 CPUs, all
+built by ``autosched pretrain``
 (see docs/history.md): records of the ``TRAINING_WORKLOADS`` below, which are other shapes
 than those the benchmarks evaluate, measured on AVX2 and AVX-512 CPUs.
 ``data/base_model.json`` ranks programs for 8-lane (AVX2) targets; it learnt the logs in
@@ -13,7 +14,10 @@ of four (see below). ``data/base_model_avx512.json`` ranks them for
 (AVX-512 tunings of the ``AVX512_ONLY_TRAINING`` workloads, and two to six rounds of its
 predecessors' own picks on every model-family workload), with its rank pairs weighted towards the fast
 programs (``--top-weight 1``). On an AVX-512 CPU the AVX2 model's pick sat near the bottom
-of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid. Each is
+of its own best 16 (BENCHMARKS.md, 2026-11-28); on AVX2 the weighting had not paid. On Intel's
+AVX-512 CPUs ``data/base_model_avx512_intel.json`` ranks them (``MAKER_MODELS``): the AVX-512
+model with trees learnt from ``bench/data/training_records_intel_picks.tar.gz`` (three rounds of
+its own picks, timed on an Intel VM; ``continued_model``). Each is
 an ensemble of four models, each trained on a bootstrap resample of the programs
 (``--members 4``), that ranks by their mean: every single model retrained on more records
 moved its picks by up to 9x in families it had learnt nothing new of (BENCHMARKS.md,
@@ -44,6 +48,13 @@ _DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED_MODEL = os.path.join(_DATA, "base_model.json")
 #: the shipped model files by the target's float32 vector lanes (``HardwareParams.vector_lanes``)
 SHIPPED_MODELS = {8: SHIPPED_MODEL, 16: os.path.join(_DATA, "base_model_avx512.json")}
+#: shipped models for one maker's CPUs of a vector width (``cpu_maker``), chosen before
+#: ``SHIPPED_MODELS``'; the AVX-512 model learnt AMD's CPUs, whose kernels rank otherwise
+#: on Intel's (its picks there ran 1.4x the best of its own 16): the Intel one is that model
+#: with trees learnt from its picks timed on an Intel CPU (``continued_model``)
+MAKER_MODELS = {(16, "intel"): os.path.join(_DATA, "base_model_avx512_intel.json")}
+#: LLVM's names of AMD's x86 CPUs begin with these
+AMD_CPU_PREFIXES = ("znver", "bdver", "btver", "amdfam", "barcelona", "athlon", "opteron", "k8")
 #: the environment variable that chooses the base model: a file, or "off"
 ENV_VAR = "AUTOSCHED_BASE_MODEL"
 
@@ -330,13 +341,27 @@ def rank_model(seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEP
     return XGBoostModel(objective="rank", seed=seed, **settings)
 
 
+def continued_model(start, seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
+                    verbose: bool = False, top_weight: float = TOP_WEIGHT) -> XGBoostModel | XGBoostEnsemble:
+    """A rank model whose training continues the trees of the trained model ``start`` (one
+    model or an ensemble, each member its own) with at most ``rounds`` more trees of depth
+    ``max_depth``: the base model of one CPU adapted to another by what that CPU's records
+    say, without the records it learnt first."""
+    if start.objective != "rank":
+        raise ValueError(f"only a rank model can be continued as a base model; it is a {start.objective!r} one")
+    return start.continued(seed=seed, num_warmup_sample=1, params={"max_depth": max_depth}, max_rounds=rounds,
+                           verbose=verbose, top_weight=top_weight)
+
+
 def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_depth: int = MAX_DEPTH,
-             verbose: bool = False, top_weight: float = TOP_WEIGHT,
-             members: int = 1) -> tuple[XGBoostModel | XGBoostEnsemble, dict]:
+             verbose: bool = False, top_weight: float = TOP_WEIGHT, members: int = 1,
+             start=None) -> tuple[XGBoostModel | XGBoostEnsemble, dict]:
     """A rank model trained on tuning ``records`` (``autosched.TuningRecord``s, e.g. the
     ``read_records`` of some logs), of at most ``rounds`` trees of depth ``max_depth``, its
     pairs weighted towards the fast programs by ``top_weight``, an ensemble of ``members``
-    when more than one (``rank_model``).
+    when more than one (``rank_model``); or, given a trained base model ``start``, that
+    model with at most ``rounds`` more trees learnt from the records (``continued_model``;
+    ``members`` is then ``start``'s).
     Returns it and what it was trained on: {"records", "programs", "workloads", "skipped":
     {why: count}}. ``ValueError`` when no record can be used."""
     records = list(records)
@@ -350,7 +375,8 @@ def pretrain(records: Iterable, seed: int = 0, rounds: int = MAX_ROUNDS, max_dep
     if not any(cost is not None for _, _, cost in programs):
         raise ValueError(f"no usable record among {len(records)} record(s): "
                          f"{skipped or 'none is a valid measurement'}")
-    model = rank_model(seed, rounds, max_depth, verbose, top_weight, members)
+    model = (rank_model(seed, rounds, max_depth, verbose, top_weight, members) if start is None
+             else continued_model(start, seed, rounds, max_depth, verbose, top_weight))
     model.update(programs)
     info = {"records": len(records), "programs": len(programs),
             "workloads": len({task.workload_key for task, _, _ in programs}), "skipped": skipped}
@@ -362,7 +388,7 @@ def _load(path: str) -> XGBoostModel | XGBoostEnsemble:
     data = read_bounded(path, "base cost model", MAX_BASE_MODEL_BYTES)
     if path.endswith(".json"):   # (XGBoost trusts its indices: a damaged tree crashes the process)
         members = [XGBoostModel.from_file(raw, objective="rank") for raw in checked_members(data, N_FEATURES)]
-    elif path not in SHIPPED_MODELS.values():
+    elif not _is_shipped(path):
         raise ValueError("a base model given must be XGBoost's JSON format (.json), whose trees autosched checks "
                          "before XGBoost reads them")
     else:
@@ -374,18 +400,36 @@ def _load(path: str) -> XGBoostModel | XGBoostEnsemble:
     return members[0] if len(members) == 1 else XGBoostEnsemble.from_members(members)
 
 
-def shipped_model_path(hardware=None) -> str:
-    """The shipped model for ``hardware`` (``ir.HardwareParams``; None: this CPU's): the one of
-    its vector width, else the AVX2 one."""
+def cpu_maker(cpu: str | None = None) -> str:
+    """"amd", "intel" or "other": who made the CPU that LLVM names ``cpu`` (None: this one).
+    A CPU target's programs run on the machine that builds them, so this machine's maker
+    is its tasks' maker."""
+    if cpu is None:
+        cpu = ir.Target.host().device
+    if cpu.startswith(AMD_CPU_PREFIXES):
+        return "amd"
+    import llvmlite.binding as llvm
+    return "intel" if llvm.get_default_triple().startswith(("x86_64", "i386", "i686")) else "other"
+
+
+def shipped_model_path(hardware=None, cpu: str | None = None) -> str:
+    """The shipped model for ``hardware`` (``ir.HardwareParams``; None: this CPU's) on a CPU
+    that LLVM names ``cpu`` (None: this one): its maker's of its vector width, else the one
+    of its vector width, else the AVX2 one."""
     if hardware is None:
         hardware = ir.Target.host().hardware
-    return SHIPPED_MODELS.get(getattr(hardware, "vector_lanes", None), SHIPPED_MODEL)
+    lanes = getattr(hardware, "vector_lanes", None)
+    return MAKER_MODELS.get((lanes, cpu_maker(cpu))) or SHIPPED_MODELS.get(lanes, SHIPPED_MODEL)
+
+
+def _is_shipped(path: str) -> bool:
+    return path in SHIPPED_MODELS.values() or path in MAKER_MODELS.values()
 
 
 def base_model_path(spec="default", hardware=None) -> str | None:
     """The file of the base model ``spec`` names: "default" (``$AUTOSCHED_BASE_MODEL``, else
-    the shipped model for ``hardware``'s vector width, this CPU's when None), a path, or
-    None/"off" (no base model)."""
+    the shipped model for ``hardware``'s vector width and this CPU's maker, this CPU's width
+    when None: ``shipped_model_path``), a path, or None/"off" (no base model)."""
     return chosen_file(spec, ENV_VAR, lambda: shipped_model_path(hardware), "base cost model",
                        "autosched pretrain LOG... -o FILE")
 
@@ -403,7 +447,7 @@ def load_base_model(spec="default", hardware=None) -> XGBoostModel | XGBoostEnse
         return _load(os.path.abspath(path))
     except Exception as err:  # xgboost's own error types vary by version
         why = f"the base cost model {path!r} cannot be read ({type(err).__name__}: {str(err)[:200]})"
-        if os.path.abspath(path) not in SHIPPED_MODELS.values():
+        if not _is_shipped(os.path.abspath(path)):
             raise ValueError(f"{why}; expected a model file written by `autosched pretrain`") from None
         warnings.warn(f"autosched: {why}; going on without it", RuntimeWarning, stacklevel=2)
         return None

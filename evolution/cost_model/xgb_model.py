@@ -59,12 +59,15 @@ class XGBoostModel(CostModel):
     rank pair sampling). ``weight_floor``: pack-sum weights are max(throughput, floor)
     (Ansor: 0, so failed programs are not learned at all). ``top_weight``: the rank
     objective's weight on the pairs among fast programs (``objectives.ranking_pairs``).
+    ``start``: a trained booster whose trees this model's continue (``continued``), unlike
+    ``base_model`` one model that can be saved: a shipped base model adapted to another CPU
+    by trees learnt from that CPU's records.
     """
 
     def __init__(self, objective: str = "pack-sum", *, num_warmup_sample: int = 100, seed=None,
                  params: dict | None = None, max_rounds: int = 10000, early_stopping_rounds: int = 50,
                  weight_floor: float = 0.0, top_weight: float = 0.0, base_model: "XGBoostModel | None" = None,
-                 extractor: FeatureExtractor | None = None, verbose: bool = False):
+                 start=None, extractor: FeatureExtractor | None = None, verbose: bool = False):
         super().__init__(extractor)
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -77,10 +80,11 @@ class XGBoostModel(CostModel):
         self.weight_floor = weight_floor
         self.top_weight = top_weight
         self.base_model = base_model
+        self.start = start
         self.verbose = verbose
         self.data = TrainingSet()
-        self.booster = None
-        self.rounds = 0
+        self.booster = start   # (until its first training it ranks as the trees it continues)
+        self.rounds = start.num_boosted_rounds() if start is not None else 0
 
     # learning ------------------------------------------------------------------------------
     def update(self, records: Iterable) -> None:
@@ -134,7 +138,7 @@ class XGBoostModel(CostModel):
                 return "rank-loss", O.rank_loss(preds, pack_ids, n, better, worse, pair_w) / total_w
         booster = xgb.train(params, dtrain, num_boost_round=self.max_rounds, evals=[(dtrain, "tr")], obj=obj,
                             custom_metric=metric, maximize=False, early_stopping_rounds=self.early_stopping_rounds,
-                            verbose_eval=self.verbose)
+                            verbose_eval=self.verbose, xgb_model=self.start)
         best = getattr(booster, "best_iteration", None)
         if best is not None and best + 1 < booster.num_boosted_rounds():
             booster = booster[: best + 1]
@@ -144,6 +148,13 @@ class XGBoostModel(CostModel):
     @property
     def can_rank(self) -> bool:
         return self.booster is not None or self.base_model is not None
+
+    def continued(self, **settings) -> "XGBoostModel":
+        """A model whose training continues this one's trained trees (at most
+        ``settings["max_rounds"]`` more), with ``settings`` (``XGBoostModel``'s arguments)."""
+        if self.booster is None:
+            raise ValueError("continued: the model is not trained yet")
+        return XGBoostModel(self.objective, start=self.booster.copy(), **settings)
 
     def predictor(self) -> "XGBoostModel":
         clone = copy.copy(self)
@@ -262,10 +273,17 @@ class XGBoostEnsemble(CostModel):
         clone.members = [m.predictor() for m in self.members]
         return clone
 
+    def continued(self, seed=None, **settings) -> "XGBoostEnsemble":
+        """An ensemble whose every member continues the trees of the same member of this one
+        (``XGBoostModel.continued``), each on its own bootstrap resample, as ``fit`` trains."""
+        rng = _rng(seed)
+        return XGBoostEnsemble.from_members([m.continued(seed=rng.spawn(1)[0], **settings) for m in self.members],
+                                            seed=rng, num_warmup_sample=settings.get("num_warmup_sample", 100))
+
     @classmethod
-    def from_members(cls, members: list) -> "XGBoostEnsemble":
+    def from_members(cls, members: list, seed=None, num_warmup_sample: int = 0) -> "XGBoostEnsemble":
         """An ensemble of trained ``XGBoostModel``s (those of an ensemble's file)."""
-        ensemble = cls(max(len(members), 2), members[0].objective, num_warmup_sample=0)
+        ensemble = cls(max(len(members), 2), members[0].objective, num_warmup_sample=num_warmup_sample, seed=seed)
         ensemble.members = list(members)
         return ensemble
 

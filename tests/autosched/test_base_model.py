@@ -27,6 +27,7 @@ AVX512_TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx
 AVX2_TRAINING_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx2.tar.gz")
 AVX2_PICKS_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx2_picks.tar.gz")
 AVX2_PICKS2_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx2_picks2.tar.gz")
+INTEL_PICKS_LOGS = os.path.join(ROOT, "bench", "data", "training_records_intel_picks.tar.gz")
 AVX512_PICKS_LOGS = os.path.join(ROOT, "bench", "data", "training_records_avx512_picks.tar.gz")
 
 
@@ -49,8 +50,9 @@ def test_the_shipped_model_is_package_data_and_loads():
 def test_the_shipped_model_is_chosen_by_the_targets_vector_width(monkeypatch):
     """AVX-512 targets rank with the model whose pairs weigh the fast programs more (on an
     AVX-512 CPU the AVX2 model's pick sat near the bottom of its own best 16); AVX2 and
-    anything else with the AVX2 one."""
+    anything else with the AVX2 one (on an AMD CPU: Intel's AVX-512 CPUs have their own, below)."""
     monkeypatch.delenv(B.ENV_VAR, raising=False)
+    monkeypatch.setattr(B, "cpu_maker", lambda cpu=None: "amd")
     avx512, avx2, sse = (ir.HardwareParams(num_cores=2, vector_lanes=n) for n in (16, 8, 4))
     assert B.base_model_path("default", avx512) == B.SHIPPED_MODELS[16] != B.SHIPPED_MODEL
     assert B.base_model_path("default", avx2) == B.base_model_path("default", sse) == B.SHIPPED_MODEL
@@ -62,7 +64,7 @@ def test_the_shipped_model_is_chosen_by_the_targets_vector_width(monkeypatch):
     assert isinstance(narrow, XGBoostEnsemble) and len(narrow.boosters()) == 4
     assert model_identity(wide) != model_identity(narrow)
     host = ir.Target.host().hardware
-    assert B.base_model_path() == B.SHIPPED_MODELS.get(host.vector_lanes, B.SHIPPED_MODEL)
+    assert B.base_model_path() == B.shipped_model_path(host)
     monkeypatch.setenv(B.ENV_VAR, B.SHIPPED_MODEL)      # the variable wins over the width
     assert B.base_model_path("default", avx512) == B.SHIPPED_MODEL
 
@@ -73,7 +75,32 @@ def test_the_zero_trial_search_of_a_task_uses_the_model_of_its_width(monkeypatch
     for lanes in (8, 16):
         hardware = ir.HardwareParams(num_cores=2, vector_lanes=lanes)
         zero = ZeroTrial.from_spec("default", records_db=None, hardware=hardware)
-        assert zero.model is B.load_base_model(B.SHIPPED_MODELS[lanes])
+        assert zero.model is B.load_base_model(B.shipped_model_path(hardware))
+
+
+def _trees(model) -> list:
+    """The split conditions of each tree of an ``XGBoostModel``, in order."""
+    saved = json.loads(bytes(model.booster.save_raw("json")))
+    return [t["split_conditions"] for t in saved["learner"]["gradient_booster"]["model"]["trees"]]
+
+
+def test_an_intel_avx512_cpu_ranks_with_the_avx512_model_continued_on_intels_own_picks(monkeypatch):
+    """On an Intel AVX-512 CPU the AVX-512 model (AMD's records) picked 1.4x the best of its
+    own 16; the Intel model is that model with more trees learnt from its picks timed there."""
+    monkeypatch.delenv(B.ENV_VAR, raising=False)
+    avx512, avx2 = (ir.HardwareParams(num_cores=2, vector_lanes=n) for n in (16, 8))
+    assert B.cpu_maker("znver4") == B.cpu_maker("znver5") == "amd"
+    if B.cpu_maker("sapphirerapids") != "intel":
+        pytest.skip("not an x86 machine: LLVM names no Intel CPU here")
+    intel_path = B.MAKER_MODELS[(16, "intel")]
+    assert B.shipped_model_path(avx512, "rocketlake") == intel_path
+    assert B.shipped_model_path(avx512, "znver5") == B.SHIPPED_MODELS[16]
+    assert B.shipped_model_path(avx2, "alderlake") == B.SHIPPED_MODEL    # no Intel AVX2 model: the AVX2 one
+    assert "data/" + os.path.basename(intel_path) in package_data()
+    amd, intel = B.load_base_model(B.SHIPPED_MODELS[16]), B.load_base_model(intel_path)
+    assert isinstance(intel, XGBoostEnsemble) and len(intel.members) == len(amd.members) == 4
+    for first, continued in zip(amd.members, intel.members):
+        assert continued.rounds > first.rounds and _trees(continued)[:first.rounds] == _trees(first)
 
 
 def archived_logs(archive: str, tmp_path) -> dict:
@@ -133,6 +160,18 @@ def test_the_next_rounds_picks_archives_hold_the_ensembles_picks_of_every_model_
         assert {r.target for r in records} == {target}, label
         assert {r.hardware["vector_lanes"] for r in records} == {lanes}
         assert 2 <= len(records) <= 17 and sum(r.ok for r in records) >= 2, label
+
+
+def test_the_intel_picks_archive_holds_three_rounds_of_picks_of_every_training_workload(tmp_path):
+    """Three rounds of ``--picks 16`` on every training workload, timed on an Intel VM: the
+    AVX-512 model's picks, then those of the model continued on each round before (the
+    shipped Intel model learnt all three)."""
+    logs = archived_logs(INTEL_PICKS_LOGS, tmp_path)
+    assert set(logs) == set(B.training_workloads())
+    for label, records in logs.items():
+        assert {r.target for r in records} == {"llvm -mcpu=rocketlake"}, label
+        assert {r.hardware["vector_lanes"] for r in records} == {16}
+        assert 2 <= len(records) <= 3 * 17 and sum(r.ok for r in records) >= 2, label
 
 
 def test_the_environment_variable_chooses_the_base_model(monkeypatch, tmp_path):
@@ -259,6 +298,29 @@ def test_pretrain_members_make_an_ensemble_that_loads_ranks_by_its_mean_and_is_c
         B.load_base_model(str(tmp_path / "empty.json"))
     assert cli.main(["pretrain", *logs, "-o", str(tmp_path / "big.json"), "--members", "65"]) == cli.USAGE_ERROR
     assert "at most 64 members" in capsys.readouterr().err and not (tmp_path / "big.json").exists()
+
+
+def test_pretrain_start_continues_each_members_trees_with_what_new_logs_say(tmp_path, capsys):
+    first, second = _extract(tmp_path, {"NRM-1x128x512.json"}), _extract(tmp_path, {"GMM-4x128x128x64.json"})
+    start = tmp_path / "start.json"
+    assert cli.main(["pretrain", *first, "-o", str(start), "--rounds", "8", "--members", "2"]) == 0
+    out = tmp_path / "continued.json"
+    assert cli.main(["pretrain", *second, "--start", str(start), "-o", str(out), "--rounds", "6"]) == 0
+    assert "trees trained on" in capsys.readouterr().out
+    before, after = B.load_base_model(str(start)), B.load_base_model(str(out))
+    assert isinstance(after, XGBoostEnsemble) and len(after.members) == 2
+    for old, new in zip(before.members, after.members):
+        assert old.rounds < new.rounds <= old.rounds + 6 and _trees(new)[:old.rounds] == _trees(old)
+    programs = B.training_programs(read_records(second[0]))
+    task, states = programs[0][0], [s for _, s, c in programs if c is not None]
+    speed = -np.array([c for _, _, c in programs if c is not None])
+    assert pairwise_accuracy(after.predict(task, states), speed) > pairwise_accuracy(before.predict(task, states),
+                                                                                      speed) + 0.05
+    with pytest.raises(ValueError, match="only a rank model can be continued"):
+        B.pretrain(read_records(second[0]), start=XGBoostModel(objective="pack-sum"))
+    with pytest.raises(SystemExit):
+        cli.main(["pretrain", *second, "--start", str(tmp_path / "none.json"), "-o", str(tmp_path / "n.json")])
+    assert "--start" in capsys.readouterr().err and not (tmp_path / "n.json").exists()
 
 
 def test_pretrain_reports_bad_input_in_one_line(tmp_path, capsys):
