@@ -11,6 +11,7 @@ import numpy as np
 
 from ..backend import TimeResult
 from ..llvm_codegen import set_llvm_options
+from .spin import spin_count
 
 _lock = threading.Lock()
 _target_machine = None
@@ -47,16 +48,14 @@ def target_machine():
 
 
 #: How long an OpenMP thread spins waiting for work before it sleeps (libgomp's
-#: GOMP_SPINCOUNT, about 50 µs here): long enough to go from one kernel of a network to the
-#: next without a wake-up, short enough not to keep a core from a thread that has work. With
-#: libgomp's default (300000, milliseconds) a parallel region on a machine with one other
-#: busy process costs a whole spin: 8 ms for a 30 µs copy, 450 ms for MobileNet-V2 instead of
-#: 27. libgomp reads it once, when it loads (ours, or PyTorch's copy if PyTorch is imported
-#: first), so it goes into the environment when ``ir`` is imported, unless OMP_WAIT_POLICY
-#: or GOMP_SPINCOUNT is set already.
-OPENMP_SPIN_COUNT = 1000
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN_COUNT))
+#: GOMP_SPINCOUNT): the count that spins ``spin.SPIN_SECONDS`` on this CPU. With libgomp's
+#: default (300000, milliseconds) a parallel region on a machine with one other busy
+#: process costs a whole spin: 8 ms for a 30 µs copy, 450 ms for MobileNet-V2 instead of 27.
+#: libgomp reads it once, when it loads (ours, or PyTorch's copy, whose name is the same and
+#: which a process that imports PyTorch after ``ir`` loads first), so it goes into the
+#: environment when ``ir`` is imported, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = str(spin_count())
 
 
 def _libgomp_path() -> str:
