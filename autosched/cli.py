@@ -929,6 +929,9 @@ def cmd_pretrain(args) -> int:
     records = _read_logs(args.logs)
     if args.members > MAX_MEMBERS:
         raise UsageError(f"--members {args.members}: a base model holds at most {MAX_MEMBERS} members")
+    if args.start and args.members != 1:
+        raise UsageError(f"--members {args.members} with --start: the continued model keeps the members of "
+                         f"{args.start}")
     t0 = time.perf_counter()
     try:
         start = load_base_model(args.start) if args.start else None

@@ -3,10 +3,11 @@
 libgomp reads it from the environment once, when it is loaded (by the first model, or by
 anything else: ``ir``, PyTorch). ``"short"`` spins 1000 times (GOMP_SPINCOUNT=1000: about
 50 µs on AMD EPYC, 11 µs on an Intel Xeon whose PAUSE is shorter, where the tuner's executor
-spins 50 µs by the clock, ``ir.cpu.spin``, which needs the compiler: long enough to go from
-one kernel to the next without a wake-up, short enough not to steal a core from another process), ``"active"`` spins without end
-(OMP_WAIT_POLICY=active: the lowest latency on a machine of one's own), ``"passive"`` sleeps
-at once (OMP_WAIT_POLICY=passive: for a server whose cores do other work between requests).
+spins 50 µs by the clock, ``ir.cpu.spin``, which needs the compiler): long enough to go from
+one kernel to the next without a wake-up, short enough not to steal a core from another
+process. ``"active"`` spins without end (OMP_WAIT_POLICY=active: the lowest latency on a
+machine of one's own), ``"passive"`` sleeps at once (OMP_WAIT_POLICY=passive: for a server
+whose cores do other work between requests).
 """
 from __future__ import annotations
 

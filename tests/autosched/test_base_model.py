@@ -321,6 +321,10 @@ def test_pretrain_start_continues_each_members_trees_with_what_new_logs_say(tmp_
     with pytest.raises(SystemExit):
         cli.main(["pretrain", *second, "--start", str(tmp_path / "none.json"), "-o", str(tmp_path / "n.json")])
     assert "--start" in capsys.readouterr().err and not (tmp_path / "n.json").exists()
+    assert cli.main(["pretrain", *second, "--start", str(start), "--members", "3",
+                     "-o", str(tmp_path / "n.json")]) == cli.USAGE_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "keeps the members of" in err and not (tmp_path / "n.json").exists()
 
 
 def test_pretrain_reports_bad_input_in_one_line(tmp_path, capsys):
