@@ -27,6 +27,7 @@ def test_smoke_run_matches_onnxruntime(capsys):
     for r in rows:
         assert r["imports"] and r["matches"] and r["matches_onnxruntime"] < 1e-4
         assert r["tasks"] > 0 and r["programs"] == "default" and r["default_ms"] > 0 and r["onnxruntime_ms"] > 0
+        assert r["vs_onnxruntime"] == pytest.approx(r["onnxruntime_ms"] / r["default_ms"])
 
 
 def _args():
