@@ -209,10 +209,14 @@ class TaskScheduler:
         """One round of task i: up to ``n`` new programs measured; returns how many. A task
         whose policy proposes nothing is retired. The measurements of first rounds train
         the cost model every ``first_round.train_every`` first rounds, and before any other
-        round (policies with ``remember`` and ``model``; the others train at once)."""
+        round (policies with ``remember`` and ``model``; the others train at once). Before
+        a task's first search, a measurer with ``prepare`` starts what its runs need (the
+        task's reference output), so that the two overlap."""
         task = self.tasks[i]
         t0 = time.perf_counter()
         first = self.rounds[i] == 0 and self.first_round is not None
+        if self.rounds[i] == 0 and hasattr(measurer, "prepare"):
+            measurer.prepare(task)   # its reference is computed while its programs are searched
         if first:
             states = self.first_round.next_batch(task, policy, n)
         else:

@@ -264,6 +264,10 @@ class DaskRunner(LocalRunner):
             self._executor = DaskExecutor(self.address_or_client, "run", self.resources)
         return self._executor
 
+    def prepare(self, task) -> None:
+        """Nothing: a task's reference is computed on the cluster and shipped to its
+        workers when its first program runs (``_compute_reference``)."""
+
     def _compute_reference(self, task) -> ShippedFile:
         key, payload = task_payload(task)
         return self.executor.ship(f"{key}-{self.options.seed}.npz", self.reference_timeout,

@@ -340,6 +340,14 @@ class ProgramMeasurer:
         self.n_loaded += n
         return n
 
+    def prepare(self, task) -> None:
+        """Let the runner start what measuring ``task`` needs first (its reference output:
+        ``LocalRunner.prepare``) while the caller searches its programs; nothing for a
+        runner without ``prepare``."""
+        prepare = getattr(self.runner, "prepare", None)
+        if prepare is not None:
+            prepare(task)
+
     def close(self) -> None:
         """Stop the builder's and runner's workers and close the callbacks that can be."""
         self.builder.close()

@@ -384,6 +384,26 @@ def test_verification_can_be_switched_off(task, states, builder):
     assert res.ok and not res.verified and res.mean_cost < 1e-2
 
 
+def test_a_reference_started_before_the_search_is_the_one_the_runs_check_against(task, states, builder):
+    """``prepare`` starts a task's reference in a worker and returns; the task's runs then
+    check against that one (no second computation), and a wrong program is still caught."""
+    with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3) as r:
+        measurer = ProgramMeasurer(builder, r)   # (not closed: the builder is the module's)
+        measurer.prepare(task)
+        measurer.prepare(task)   # once a task
+        (key, (future, path)), = r._started.items()
+        inputs = [MeasureInput(task, states[1]), MeasureInput(task, states[2], Fault("run:wrong"))]
+        good, wrong = r.run(inputs, builder.build(inputs))
+        assert future.done() and not r._started and r._references[key] == path and os.path.exists(path)
+        assert_good(good)
+        assert wrong.error_no == E.WRONG_ANSWER
+        measurer.prepare(task)   # known: nothing started
+        assert not r._started
+    with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3, verify=False) as unchecked:
+        unchecked.prepare(task)
+        assert not unchecked._started
+
+
 def test_layout_rewritten_constants_are_packed_and_verified(builder, runner):
     dag = matmul_dag(48, constant_b=True)
     task = ir.SearchTask(dag, layout_rewrite=True, desc="packed")

@@ -64,6 +64,30 @@ def fake_tasks(n):
     return [SimpleNamespace(desc=f"task{i}") for i in range(n)]
 
 
+def test_a_task_is_prepared_for_measuring_once_before_its_first_search():
+    """A measurer with ``prepare`` (the runner's reference output) is told of each task once,
+    before its first round's search runs, so that the two overlap."""
+    events = []
+
+    class Logged(RecordingPolicy):
+        def next_batch(self, n, params=None):
+            events.append(("search", self.name))
+            return super().next_batch(n, params)
+
+    class Preparing(CostMeasurer):
+        def prepare(self, task):
+            events.append(("prepare", task.desc))
+
+    tasks = fake_tasks(2)
+    policies = [Logged(t.desc) for t in tasks]
+    sched = TaskScheduler(tasks, flops=[1e6] * 2, tags=[""] * 2, first_round=FirstRound(batch=2),
+                          strategy="round-robin")
+    sched.tune(policies, Preparing(), trials=12, measure_batch=2)
+    assert events[:4] == [("prepare", "task0"), ("search", "task0"), ("prepare", "task1"), ("search", "task1")]
+    assert [e for e in events if e[0] == "prepare"] == [("prepare", "task0"), ("prepare", "task1")]
+    assert len(events) > 6   # later rounds search without preparing again
+
+
 def test_first_round_measures_the_zero_trial_program_and_a_short_search():
     short = SearchParams(population=8, generations=1)
     zero = {}
