@@ -100,7 +100,7 @@ class LocalRunner:
         self._own = executor is None
         self._executor = executor
         self._references: dict = {}  # task key -> what run jobs find the reference by (None: unverified)
-        self._started: dict = {}  # task key -> (future, path) of a reference ``prepare`` started
+        self._started: dict = {}  # task key -> (future, path, task) of a reference ``prepare`` started
         self._fastest: dict[str, float] = {}  # task key -> the fastest mean cost timed so far
         self._dir: str | None = None
         self._cleanup = None
@@ -138,24 +138,33 @@ class LocalRunner:
 
     def prepare(self, task) -> None:
         """Start computing ``task``'s reference in a worker and return at once: a caller
-        that searches the task's programs next (a network's first round) overlaps the two,
-        and its first run waits for what is left (a task's reference is a naive program
-        built and run, about 0.6 s for a MobileNet-V3 task). Nothing when the task's
-        reference is known or under way, or programs are not verified."""
-        key, payload = task_payload(task)
+        that searches the task's programs next (a network's first round) overlaps the two
+        (a task's reference is a naive program built and run, about 0.6 s for a MobileNet-V3
+        task). Nothing when the task's reference is known or under way, or programs are not
+        verified; a reference that cannot be started now is computed when first needed (and
+        its failure reported then). ``run`` waits for every started reference before it
+        times anything, so that none runs beside a timing."""
+        key, _ = task_payload(task)
         if not self.options.verify or key in self._references or key in self._started:
             return
+        try:
+            self._start_reference(task)
+        except Exception:  # noqa: BLE001 - the first run of the task computes it again and says why
+            pass
+
+    def _start_reference(self, task) -> None:
+        key, payload = task_payload(task)
         path = os.path.join(self._reference_dir(), f"{key}-{self.options.seed}.npz")
         future = submit(self.executor, self.reference_timeout, reference_job, key, payload, self.options.seed, path)
-        self._started[key] = future, path
+        self._started[key] = future, path, task
 
     def _compute_reference(self, task) -> str:
         """Compute ``task``'s reference in a worker (or finish the one ``prepare`` started),
         saved to a file that the run jobs read (its path); raises if that fails."""
         key, _ = task_payload(task)
         if key not in self._started:
-            self.prepare(task)
-        future, path = self._started.pop(key)
+            self._start_reference(task)
+        future, path, _ = self._started.pop(key)
         got: list = [None]
         collect(self.executor, [future], self.reference_timeout, lambda i, f: got.__setitem__(0, f))
         if got[0] is None:
@@ -179,6 +188,8 @@ class LocalRunner:
             if on_result is not None:
                 on_result(i, result)
 
+        for _, _, started in list(self._started.values()):   # none may run beside a timing
+            self._reference(started)
         todo, futures = [], []
         for i, (inp, build) in enumerate(zip(inputs, build_results)):
             if build.error_no:

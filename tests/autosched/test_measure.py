@@ -387,11 +387,11 @@ def test_verification_can_be_switched_off(task, states, builder):
 def test_a_reference_started_before_the_search_is_the_one_the_runs_check_against(task, states, builder):
     """``prepare`` starts a task's reference in a worker and returns; the task's runs then
     check against that one (no second computation), and a wrong program is still caught."""
-    with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3) as r:
+    with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3, slow_single_repeat=None, one_repeat_over_best=None) as r:
         measurer = ProgramMeasurer(builder, r)   # (not closed: the builder is the module's)
         measurer.prepare(task)
         measurer.prepare(task)   # once a task
-        (key, (future, path)), = r._started.items()
+        (key, (future, path, _)), = r._started.items()
         inputs = [MeasureInput(task, states[1]), MeasureInput(task, states[2], Fault("run:wrong"))]
         good, wrong = r.run(inputs, builder.build(inputs))
         assert future.done() and not r._started and r._references[key] == path and os.path.exists(path)
@@ -399,9 +399,43 @@ def test_a_reference_started_before_the_search_is_the_one_the_runs_check_against
         assert wrong.error_no == E.WRONG_ANSWER
         measurer.prepare(task)   # known: nothing started
         assert not r._started
+        # another task's started reference is finished before anything of this one is timed
+        other = ir.SearchTask(matmul_dag(24), layout_rewrite=False, desc="matmul-24")
+        r.prepare(other)
+        (other_key, (other_future, _, _)), = r._started.items()
+        (again,) = r.run(inputs[:1], builder.build(inputs[:1]))
+        assert_good(again)
+        assert other_future.done() and not r._started and os.path.exists(r._references[other_key])
     with LocalRunner(timeout=5, min_repeat_ms=1, repeat=3, verify=False) as unchecked:
         unchecked.prepare(task)
         assert not unchecked._started
+
+
+def test_a_reference_that_cannot_be_started_early_is_computed_when_first_needed(builder):
+    """``prepare`` never raises: when its executor refuses the job it starts nothing, and the
+    task's first run computes the reference and verifies against it. (A task of its own: jobs
+    run in this process keep their memos.)"""
+    class RefusingOnce(ThreadPoolExecutor):
+        refused = 0
+
+        def submit(self, fn, *args, **kwargs):
+            if not self.refused:
+                self.refused += 1
+                raise RuntimeError("no worker yet")
+            return super().submit(fn, *args, **kwargs)
+
+    task = ir.SearchTask(matmul_dag(40), layout_rewrite=False, desc="matmul-40")
+    s0 = task.dag.init_state()
+    with RefusingOnce(1) as pool:
+        r = LocalRunner(timeout=5, min_repeat_ms=1, repeat=3, executor=pool, slow_single_repeat=None,
+                        one_repeat_over_best=None)
+        r.prepare(task)
+        assert pool.refused == 1 and not r._started
+        inputs = [MeasureInput(task, s0.split("C", "j", [8])), MeasureInput(task, s0, Fault("run:wrong"))]
+        good, wrong = r.run(inputs, builder.build(inputs))
+        assert_good(good)
+        assert wrong.error_no == E.WRONG_ANSWER
+        r.close()
 
 
 def test_layout_rewritten_constants_are_packed_and_verified(builder, runner):
