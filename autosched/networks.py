@@ -103,12 +103,12 @@ def _make_policy(task, model, search_params, seed, executor=None):
         return _NoPrograms()
 
 
-#: programs a task's first round asks of its short search (the probe rule measures half of
-#: them), besides its zero-trial program
+#: programs a task's first round asks of its zero-trial search's runners-up, or of its short
+#: search (the probe rule measures half of them), besides its zero-trial program
 FIRST_ROUND_BATCH = 8
-#: the first round's search (in this process): the zero-trial search (population 256, 3
-#: generations) has just explored the task under the base model; this one adds a few
-#: programs ranked by the model that has learnt from the tasks measured so far
+#: the first round's search (in this process) of a task whose zero-trial program the records
+#: database remembered (no runners-up): a few programs ranked by the model that has learnt
+#: from the tasks measured so far
 FIRST_ROUND_SEARCH = SearchParams(population=64, generations=2, init_min_population=32, islands=1)
 #: first rounds between two trainings of the cost model in the warm-up pass
 FIRST_ROUND_TRAIN_EVERY = 8
@@ -117,8 +117,10 @@ FIRST_ROUND_TRAIN_EVERY = 8
 def cheap_first_round(tasks, options: TuneOptions) -> FirstRound:
     """Every task's first round: its zero-trial program (ranked against its default
     schedule, as an untuned task would run it; with the base model, for CPU tasks) and the
-    best of a short search (``FIRST_ROUND_SEARCH``, or the options' search parameters where
-    they are smaller); the model learns from them every ``FIRST_ROUND_TRAIN_EVERY`` tasks."""
+    best of that search's runners-up by the model learnt so far (where the records database
+    remembered the program: of a short search, ``FIRST_ROUND_SEARCH``, or the options' search
+    parameters where they are smaller); the model learns from them every
+    ``FIRST_ROUND_TRAIN_EVERY`` tasks."""
     cost_model = options.cost_model
     zero_trial = None
     if isinstance(cost_model, str) and cost_model.startswith("xgb") and options.base_model is not None \
@@ -130,20 +132,29 @@ def cheap_first_round(tasks, options: TuneOptions) -> FirstRound:
     params = replace(own, population=min(own.population, short.population),
                      generations=min(own.generations, short.generations),
                      init_min_population=min(own.init_min_population, short.init_min_population), islands=1)
-    return FirstRound(params, FIRST_ROUND_BATCH, program, FIRST_ROUND_TRAIN_EVERY)
+    return FirstRound(params, FIRST_ROUND_BATCH, program, FIRST_ROUND_TRAIN_EVERY,
+                      runners_up=None if program is None else program.runners_up)
 
 
 class _ZeroTrialPrograms:
     """task -> its zero-trial program: those of all the tasks made at the first call, at
     once (over the cores; remembered in, or replayed from, the records database), so
-    that the warm-up pass waits for one parallel search, not one search per task."""
+    that the warm-up pass waits for one parallel search, not one search per task.
+    ``runners_up(task)``: the programs that search ranked after the pick."""
 
     def __init__(self, zero_trial: ZeroTrial, tasks):
         self.zero_trial, self.tasks, self.found = zero_trial, list(tasks), None
 
-    def __call__(self, task) -> ir.State:
+    def runners_up(self, task) -> list:
+        self._find()
+        return self.zero_trial.runners_up(task)
+
+    def _find(self) -> None:
         if self.found is None:
             self.found = self.zero_trial.programs(self.tasks)
+
+    def __call__(self, task) -> ir.State:
+        self._find()
         if task.workload_key not in self.found:
             raise ValueError(self.zero_trial.failures.get(task.workload_key, "the search found no program"))
         return self.found[task.workload_key]
@@ -188,7 +199,7 @@ def tune_networks(networks, options: TuneOptions | None = None, *, objective="la
     ``input_shapes``: the shapes to tune each ``DynamicModel`` for (a dict {input: shape} or a list
     of them; each set of shapes is one network of the result).
     ``first_round``: every task's first round is cheap (``cheap_first_round``: its zero-trial
-    program and the best of a short search), so that the warm-up pass over a model of many
+    program and the best of that search's runners-up), so that the warm-up pass over a model of many
     tasks takes a minute or two, not the budget; False: a full round like the others.
     ``transfer_seeds``: the best that many measured programs of each task seed the search of
     the other tasks of its operator family, adapted to their shapes (0: none; see

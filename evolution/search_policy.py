@@ -236,8 +236,7 @@ class SketchPolicy:
             batch = self.random_batch(n)
             self.stats = {"init_population": len(batch), "evolved": 0, "eps": 1.0}
             return batch
-        if not self.measured and n > 1:
-            n = min(n // 2, PROBE_BATCH)
+        n = self._probe_size(n)
         for _ in range(max(1, p.retry_on_empty)):
             init = self.sample_initial()
             n_measured = min(len(self.measured), int(p.init_use_measured_ratio * p.population))
@@ -261,6 +260,25 @@ class SketchPolicy:
                 self.stats = {"init_population": len(init), "evolved": len(best), "eps": eps}
                 return list(batch.values())
         return []
+
+    def _probe_size(self, n: int) -> int:
+        """How many of ``n`` programs a round measures: at most ``PROBE_BATCH`` (and half of
+        ``n``) while the task has no measurement (see ``next_batch``)."""
+        return min(n // 2, PROBE_BATCH) if not self.measured and n > 1 else n
+
+    def best_of(self, states, n: int) -> list[ir.State]:
+        """Up to ``n`` of ``states`` (programs of this task found elsewhere: the runners-up of
+        a search under the base model) never measured, the best that this policy's model
+        predicts, at most ``MAX_TWINS`` of one score, and as few as ``next_batch``'s probe
+        rule says: a round that ranks what another search found instead of searching again.
+        In the given order when the model cannot rank."""
+        fresh = list({s.key: s for s in states if s.key not in self.measured_keys}.values())
+        n = self._probe_size(n)
+        if not fresh or not getattr(self.model, "can_rank", True):
+            return fresh[:n]
+        scores = self.model.predict(self.task, fresh)
+        order = sorted(range(len(fresh)), key=lambda i: -scores[i])
+        return list(pick_distinguishable([(scores[i], fresh[i]) for i in order], n).values())
 
     def random_batch(self, n: int) -> list[ir.State]:
         """Up to ``n`` fresh random programs never measured: the batch while the model cannot

@@ -5,9 +5,11 @@ of them still unmeasured after ten minutes.
 
 A task's first round measures its zero-trial program (what the task runs untuned: the
 base model's pick, handed in as a callable, since this package does not import
-``autosched``) and the best of a short search (``params``: a small population, few
-generations); the policy's probe rule (``evolution.search_policy.PROBE_BATCH``) keeps it a probe for the
-model. Full rounds come after, where the gradient sends the time.
+``autosched``) and the best others of the search that found it, as the model learnt so
+far ranks them (``runners_up``; where there are none, as for a program the records
+database remembered, the best of a short search: ``params``, a small population, few
+generations); the policy's probe rule (``evolution.search_policy.PROBE_BATCH``) keeps it a
+probe for the model. Full rounds come after, where the gradient sends the time.
 
 ``transfer_seeds`` carries measured programs between tasks of one operator family
 (``evolution.transfer``): when a task's round starts, the best programs measured for the
@@ -30,13 +32,19 @@ class FirstRound:
     """How a task's first round searches: ``params`` (None: the policy's own), ``batch``
     programs asked of the search (the probe rule measures at most half of them before any
     measurement of the task), and ``zero_trial`` (a task -> State callable, or None),
-    whose program is measured first. ``train_every``: the cost model learns the first
-    rounds' measurements every that many first rounds (and before any other round), not
-    after each: retraining it costs about as much as a first round's search."""
+    whose program is measured first. ``runners_up`` (a task -> States callable, or None):
+    the programs that the zero-trial search ranked after its pick; where it offers any
+    that were never measured, the best of them that the policy's model predicts
+    (``best_of``) take the short search's place: that search under the base model has just
+    explored the task, and searching it again cost MobileNet-V3's warm-up pass 0.7 s a
+    task. ``train_every``: the cost model learns the first rounds' measurements every that
+    many first rounds (and before any other round), not after each: retraining it costs
+    about as much as a first round's search."""
     params: SearchParams | None = None
     batch: int = 8
     zero_trial: Callable | None = None
     train_every: int = 1
+    runners_up: Callable | None = None
 
     def __post_init__(self):
         if self.batch < 1 or self.train_every < 1:
@@ -45,22 +53,37 @@ class FirstRound:
 
     def next_batch(self, task, policy, n: int) -> list:
         """Up to ``n`` programs of ``task``'s first round from ``policy``: the zero-trial
-        program (unless measured before) and the short search's picks. Nothing when the
-        policy proposes nothing (the scheduler then retires the task)."""
+        program (unless measured before) and the best of its search's runners-up or the
+        short search's picks. Nothing when the policy proposes nothing (the scheduler then
+        retires the task)."""
         ask = min(n, self.batch)
-        found = policy.next_batch(ask, params=self.params) if self.params is not None else policy.next_batch(ask)
-        if not found or self.zero_trial is None or n < 2:
-            return found
-        try:
-            zero = self.zero_trial(task)
-        except Exception as err:  # noqa: BLE001 - the search's picks are measured all the same
-            warnings.warn(f"autosched: no zero-trial program for task {getattr(task, 'desc', task)} "
-                          f"({type(err).__name__}: {err}); its first round measures the search's picks only",
-                          RuntimeWarning, stacklevel=3)
-            return found
+        found = self._ranked_runners_up(task, policy, ask) if n >= 2 else []
+        if not found:
+            found = policy.next_batch(ask, params=self.params) if self.params is not None else policy.next_batch(ask)
+        zero = self._zero_trial_program(task) if found and n >= 2 else None
         if zero is None or zero.key in getattr(policy, "measured_keys", ()):
             return found
         return [zero] + [s for s in found if s.key != zero.key][:n - 1]
+
+    def _zero_trial_program(self, task):
+        """``task``'s zero-trial program, or None (no ``zero_trial``, or it failed: said in a
+        warning, and the search's picks are measured all the same)."""
+        if self.zero_trial is None:
+            return None
+        try:
+            return self.zero_trial(task)
+        except Exception as err:  # noqa: BLE001 - the search's picks are measured all the same
+            warnings.warn(f"autosched: no zero-trial program for task {getattr(task, 'desc', task)} "
+                          f"({type(err).__name__}: {err}); its first round measures the search's picks only",
+                          RuntimeWarning, stacklevel=4)
+            return None
+
+    def _ranked_runners_up(self, task, policy, n: int) -> list:
+        """The best ``n`` of the zero-trial search's runners-up by ``policy``'s model (none
+        when there are none, or the policy cannot rank what it did not find)."""
+        if self.runners_up is None or not hasattr(policy, "best_of"):
+            return []
+        return policy.best_of(self.runners_up(task), n)
 
 
 def family_seeds(i: int, tags, flops, policies, per_task: int, limit: int) -> list:

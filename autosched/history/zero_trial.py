@@ -205,14 +205,15 @@ def _lists_of(state: ir.State) -> list:
 
 def search_steps(task: ir.SearchTask, model, seed: int, params: SearchParams | None = None,
                  single_threaded: bool = False) -> tuple:
-    """The step records of ``task``'s zero-trial program, its default schedule ranked with
-    the search's programs (what a worker runs: plain arguments, the model's predictor;
+    """The step records of ``task``'s ``CANDIDATES`` best ranked programs (``ranked_programs``,
+    its default schedule ranked with the search's): the zero-trial program first, then the
+    runners-up, best first (what a worker runs: plain arguments, the model's predictor;
     ``single_threaded``: XGBoost predicts on one thread, one worker per core)."""
     if single_threaded:
         _one_thread(model)
     default = search_space(task.target).default_schedule(task.dag, task.hardware)
-    state = zero_trial_program(task, model, seed, [default], params)
-    return nested_tuples([step.record() for step in state.steps])
+    ranked = ranked_programs(task, model, seed, [default], params, top=CANDIDATES)
+    return tuple(nested_tuples([step.record() for step in state.steps]) for state in ranked)
 
 
 def _one_thread(model) -> None:
@@ -299,6 +300,7 @@ class ZeroTrial:
         self.db: RecordsDB | None = open_records_db(records_db)
         self._base_model = model_identity(model) if self.db is not None else None
         self._steps: dict[tuple, tuple] = {}
+        self._runners_up: dict[tuple, tuple] = {}
         self.stats: Counter = Counter(remembered=0, searched=0, failed=0)
         #: workload key -> why its search failed (such tasks have no zero-trial program)
         self.failures: dict[str, str] = {}
@@ -344,6 +346,13 @@ class ZeroTrial:
                 self._steps[ident] = steps[ident]
                 out[task.workload_key] = ir.State.from_steps(task.dag, steps[ident])
         return self._shared(tasks, out)
+
+    def runners_up(self, task) -> list[ir.State]:
+        """The programs that ``task``'s zero-trial search ranked after its pick, best first:
+        those of the searches this object ran (none for a program the records database
+        remembered). A tuning's first round measures the best of them
+        (``autosched.networks.cheap_first_round``) instead of searching again."""
+        return [ir.State.from_steps(task.dag, steps) for steps in self._runners_up.get(self._ident(task), ())]
 
     def _shared(self, tasks, picks: dict) -> dict:
         """``shared_in_family``'s choices for ``picks``: those the records database remembers
@@ -396,7 +405,8 @@ class ZeroTrial:
         return out
 
     def _searched(self, tasks) -> dict[tuple, tuple]:
-        """The searched steps of ``tasks``, each remembered in the database as it comes."""
+        """The searched steps of ``tasks``' picks, each remembered in the database as it
+        comes (their runners-up in this object)."""
         tasks = sorted(tasks, key=lambda t: -t.dag.flop_count())
         out = {}
         for task, result in _search_all(tasks, self.model, self.seed, self.params, min(self.workers, len(tasks))):
@@ -406,15 +416,16 @@ class ZeroTrial:
                                                    f"{type(result).__name__}: {str(result)[:300]}"
                 continue
             self.stats["searched"] += 1
-            out[self._ident(task)] = result
+            pick, self._runners_up[self._ident(task)] = result[0], result[1:]
+            out[self._ident(task)] = pick
             if self._base_model is not None:
                 self.db.append([ZeroTrialEntry(task.workload_key, str(task.target), self._base_model,
-                                               self._search(task), result, task.desc, time.time())])
+                                               self._search(task), pick, task.desc, time.time())])
         return out
 
 
 def _search_all(tasks, model, seed: int, params: SearchParams | None, workers: int):
-    """(task, its steps or the exception its search raised) of each of ``tasks``, in the
+    """(task, ``search_steps``' answer or the exception its search raised) of each of ``tasks``, in the
     order they finish: in this process for one worker, else in a ``WorkerPool``."""
     if workers <= 1:
         for task in tasks:

@@ -255,6 +255,20 @@ def test_many_tasks_search_once_per_workload_largest_first_in_this_process(monke
     assert order == sorted(TINY, key=lambda n: -flops[n])
 
 
+def test_the_runners_up_of_a_search_are_kept_for_the_first_round_not_remembered(tmp_path):
+    db = tmp_path / "db.jsonl"
+    zero = Z.ZeroTrial(_model(), records_db=db, workers=1)
+    task = _task(TINY[0])
+    pick = zero.programs([task])[task.workload_key]
+    runners = zero.runners_up(task)
+    ranked = Z.ranked_programs(task, _model(), 0, [Z.search_space(task.target).default_schedule(task.dag, task.hardware)],
+                               Z.zero_trial_params(task), top=Z.CANDIDATES)
+    assert [s.key for s in runners] == [s.key for s in ranked[1:]] and ranked[0].key not in {s.key for s in runners}
+    assert len(runners) >= 4
+    again = Z.ZeroTrial(_model(), records_db=db, workers=1)
+    assert again.programs([task])[task.workload_key].key == pick.key and again.runners_up(task) == []
+
+
 def test_the_programs_are_the_same_whatever_the_number_of_workers():
     tasks = [_task(n) for n in TINY]
     alone = Z.ZeroTrial(_model(), records_db=None, workers=1).programs(tasks)

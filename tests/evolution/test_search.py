@@ -255,6 +255,24 @@ def test_the_first_round_of_a_task_the_model_ranks_unmeasured_is_a_small_probe()
     assert len(policy.next_batch(4 * PROBE_BATCH)) == 4 * PROBE_BATCH
 
 
+def test_best_of_ranks_offered_programs_by_the_model_never_a_measured_one():
+    task, sketches = SETUPS["matmul"]
+    model = HalfBlind(seed=0)
+    policy = SketchPolicy(task, model, SearchParams(population=48, generations=1), seed=0, sketches=sketches)
+    offered = SR.sample_programs(task, sketches, 40, np.random.default_rng(3))
+    offered = list({s.key: s for s in offered}.values())
+    scores = model.predict(task, offered)
+    probe = policy.best_of(offered + offered[:3], 8)   # unmeasured: half of 8, twins of a score 2 at most
+    ranked = sorted(range(len(offered)), key=lambda i: -scores[i])
+    assert len(probe) == 4 and len({s.key for s in probe}) == 4
+    assert sum(model.predict(task, probe) == 1.0) == min(2, int(sum(scores == 1.0)))
+    assert min(model.predict(task, probe)) >= sorted(scores[ranked[:6]])[0]
+    policy.update(probe, [synthetic_cost(s) for s in probe])
+    later = policy.best_of(offered, 8)
+    assert len(later) == 8 and not {s.key for s in later} & {s.key for s in probe}
+    assert policy.best_of(probe, 4) == []
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_draw_picks_what_rng_choice_picks_from_the_same_stream(seed):
     from evolution.evolve import Draw

@@ -1,4 +1,5 @@
-"""A task's cheap first round (its zero-trial program and a short search's picks) and tasks
+"""A task's cheap first round (its zero-trial program and the best of its search's runners-up,
+or a short search's picks) and tasks
 of one operator family seeding each other's search, driven by the TaskScheduler with a
 fake measurer; ``tune_networks`` end to end with both."""
 import io
@@ -110,6 +111,50 @@ def test_first_round_measures_the_zero_trial_program_and_a_short_search():
     assert all(t is not None for t in sched.first_measured)
     assert sched.all_measured_at() == max(sched.first_measured)
     assert "First (s)" in sched.table()
+
+
+class RankingPolicy(RecordingPolicy):
+    """A RecordingPolicy that ranks offered programs as ``best_of`` does: never measured,
+    the probe rule's half, here by key (its "model")."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.offered = []
+
+    def best_of(self, states, n):
+        self.offered.append([s.key for s in states])
+        fresh = [s for s in states if s.key not in self.measured_keys]
+        return sorted(fresh, key=lambda s: s.key)[:n // 2]
+
+
+def test_first_round_ranks_the_zero_trial_searchs_runners_up_instead_of_searching():
+    runners = {f"task{i}": [Program(f"ru{i}-{k}") for k in (3, 1, 2)] for i in range(2)}
+    first = FirstRound(SearchParams(population=8, generations=1), batch=4,
+                       zero_trial=lambda task: Program(f"zt-{task.desc}"),
+                       runners_up=lambda task: runners[task.desc])
+    tasks = fake_tasks(2)
+    policies = [RankingPolicy(f"t{i}") for i in range(2)]
+    measurer = CostMeasurer()
+    sched = TaskScheduler(tasks, flops=[1e6] * 2, tags=[""] * 2, first_round=first, strategy="round-robin")
+    sched.tune(policies, measurer, trials=2 * 3 + 2 * 5, measure_batch=5)
+    for i, p in enumerate(policies):
+        keys = [k for t, k in measurer.measured if t is tasks[i]]
+        assert keys[:3] == [f"zt-task{i}", f"ru{i}-1", f"ru{i}-2"]   # the pick, then the best 2 of 4 asked
+        assert p.offered[0] == [f"ru{i}-3", f"ru{i}-1", f"ru{i}-2"]
+        assert all(params is None and n == 5 for n, params in p.calls)   # no short search: full rounds only
+
+
+def test_first_round_searches_when_the_runners_up_offer_nothing_new():
+    short = SearchParams(population=8, generations=1)
+    for offered in ([], [Program("seen")]):
+        policy = RankingPolicy("p")
+        policy.measured_keys.add("seen")
+        first = FirstRound(short, 4, lambda task: Program("zt"), runners_up=lambda task: offered)
+        sched = TaskScheduler(fake_tasks(1), flops=[1e6], tags=[""], first_round=first)
+        measurer = CostMeasurer()
+        sched.tune([policy], measurer, trials=5, measure_batch=8)
+        assert policy.calls == [(4, short)]
+        assert [k for _, k in measurer.measured] == ["zt", "p-0", "p-1", "p-2", "p-3"]
 
 
 def test_first_round_without_a_zero_trial_program_or_with_a_failing_one():
