@@ -80,10 +80,18 @@ class FirstRound:
 
     def _ranked_runners_up(self, task, policy, n: int) -> list:
         """The best ``n`` of the zero-trial search's runners-up by ``policy``'s model (none
-        when there are none, or the policy cannot rank what it did not find)."""
+        when there are none, the policy cannot rank what it did not find, or asking for them
+        failed: said in a warning)."""
         if self.runners_up is None or not hasattr(policy, "best_of"):
             return []
-        return policy.best_of(self.runners_up(task), n)
+        try:
+            offered = self.runners_up(task)
+        except Exception as err:  # noqa: BLE001 - the short search takes their place
+            warnings.warn(f"autosched: no runners-up of the zero-trial search for task {getattr(task, 'desc', task)} "
+                          f"({type(err).__name__}: {err}); its first round searches instead",
+                          RuntimeWarning, stacklevel=4)
+            return []
+        return policy.best_of(offered, n)
 
 
 def family_seeds(i: int, tags, flops, policies, per_task: int, limit: int) -> list:

@@ -157,6 +157,23 @@ def test_first_round_searches_when_the_runners_up_offer_nothing_new():
         assert [k for _, k in measurer.measured] == ["zt", "p-0", "p-1", "p-2", "p-3"]
 
 
+def test_first_round_searches_when_asking_for_the_runners_up_fails():
+    def broken(task):
+        raise OSError("the records database could not be written")
+
+    short = SearchParams(population=8, generations=1)
+    policy = RankingPolicy("p")
+    first = FirstRound(short, 4, broken, runners_up=broken)
+    sched = TaskScheduler(fake_tasks(1), flops=[1e6], tags=[""], first_round=first)
+    measurer = CostMeasurer()
+    with pytest.warns(RuntimeWarning) as caught:
+        sched.tune([policy], measurer, trials=4, measure_batch=8)
+    said = [str(w.message) for w in caught]
+    assert any("no runners-up" in m and "could not be written" in m for m in said)
+    assert any("no zero-trial program" in m for m in said)
+    assert policy.calls == [(4, short)] and [k for _, k in measurer.measured] == ["p-0", "p-1", "p-2", "p-3"]
+
+
 def test_first_round_without_a_zero_trial_program_or_with_a_failing_one():
     def broken(task):
         raise ValueError("no program")
