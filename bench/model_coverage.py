@@ -32,7 +32,10 @@ weights needs both), and the timed run's two children read its one file. Per mod
   then the zero-trial programs, onnxruntime and OpenVINO timed again beside the tuned ones
   (``zero_trial_ms_after_tuning``, ``onnxruntime_ms_after_tuning``, ``openvino_ms_after_tuning``:
   the machine drifts in ten minutes) and the ratios to those: ``tuned_vs_onnxruntime``,
-  ``tuned_vs_openvino``, ``tuned_vs_zero_trial``.
+  ``tuned_vs_openvino``, ``tuned_vs_zero_trial``; ``--log-dir DIR`` keeps each model's tuning
+  log as ``DIR/NAME.json`` (a later run with the same directory resumes it; ``autosched run
+  --log-file F --verify`` re-times it, e.g. when a noisy spell of the VM met the timings after the
+  tuning).
 
 The summary line says ``N/M models import, run and match onnxruntime``; ``--import-only``
 skips running programs; ``--default-schedules`` runs default schedules instead of the
@@ -131,11 +134,11 @@ def _openvino(path: str):
 
 
 def measure(row: dict, path: str, exporter: str, import_only: bool, timed: bool, zero_trial: bool = True,
-            tune_minutes: float | None = None) -> None:
+            tune_minutes: float | None = None, log_dir: str | None = None) -> None:
     """Fill in the ``row`` of the model in the ONNX file ``path`` (in the child process; an
     exception leaves what was found). Without ``zero_trial`` the programs are default schedules
-    (the smoke run's seconds); with ``tune_minutes`` the model is then tuned that long and its
-    tuned programs timed too."""
+    (the smoke run's seconds); with ``tune_minutes`` the model is then tuned that long (its log
+    ``log_dir/NAME.json``, else a temporary file) and its tuned programs timed too."""
     import warnings
     from autosched import graph as G
     from autosched.graph.onnx_baselines import seconds_per_call
@@ -174,13 +177,15 @@ def measure(row: dict, path: str, exporter: str, import_only: bool, timed: bool,
             row[f"{label}_ms"] = ms
             row[f"vs_{label}"] = ms / ours_ms
         if tune_minutes:
-            _tune(row, part, inputs, tune_minutes, tmp, {"zero_trial": executor.run, "onnxruntime": ort,
+            log = os.path.join(log_dir or tmp, f"{name}.json")
+            _tune(row, part, inputs, tune_minutes, log, {"zero_trial": executor.run, "onnxruntime": ort,
                                                          "openvino": openvino})
 
 
-def _tune(row: dict, part, inputs, minutes: float, directory: str, others: dict) -> None:
-    """Tune ``part`` for ``minutes`` (as ``autosched tune --minutes``: from the shipped base model,
-    with the records database the child was given), then check and time its tuned programs and,
+def _tune(row: dict, part, inputs, minutes: float, log: str, others: dict) -> None:
+    """Tune ``part`` for ``minutes`` into the tuning log ``log`` (resumed if it exists; as
+    ``autosched tune --minutes``: from the shipped base model, with the records database the
+    child was given), then check and time its tuned programs and,
     again, ``others`` (label -> ``run(*arrays)``: the zero-trial programs, onnxruntime, OpenVINO):
     ten minutes on a shared machine move every reading, so the tuned ratios are against
     baselines timed beside them: all four in ``TURNS`` turns, the fastest
@@ -190,7 +195,6 @@ def _tune(row: dict, part, inputs, minutes: float, directory: str, others: dict)
     import autosched
     from autosched.cli import TRIALS_WITHIN_MINUTES
     from autosched.graph.onnx_baselines import seconds_per_call
-    log = os.path.join(directory, "tuned.json")
     t0 = time.perf_counter()
     result = autosched.tune_networks([part], trials=TRIALS_WITHIN_MINUTES, time_budget_s=60.0 * minutes, log_file=log)
     executor = result.executor(0)
@@ -251,6 +255,7 @@ def run_child(name: str, path: str, args, records_db: str | None, import_only: b
     cmd += ["--time"] if args.time else []
     cmd += ["--default-schedules"] if args.default_schedules else []
     cmd += ["--tune-minutes", str(tune_minutes)] if tune_minutes else []
+    cmd += ["--log-dir", os.path.abspath(args.log_dir)] if tune_minutes and args.log_dir else []
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), AUTOSCHED_RECORDS_DB=records_db or "off")
     row = _run(cmd, args, env, args.timeout + 90 * (tune_minutes or 0))
     return row if "workload" in row else {"workload": name, "imports": False, **row}
@@ -274,7 +279,7 @@ def child(args) -> None:
     row = {"workload": args.child}
     try:
         measure(row, args.model_file, args.exporter, args.import_only, args.time,
-                zero_trial=not args.default_schedules, tune_minutes=args.tune_minutes)
+                zero_trial=not args.default_schedules, tune_minutes=args.tune_minutes, log_dir=args.log_dir)
     except Exception as err:  # noqa: BLE001 - any failure is the row's finding
         row["error"] = _reason(err)
     print(json.dumps(row), flush=True)
@@ -301,6 +306,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tune-minutes", type=float, default=None, metavar="M",
                         help="then tune each model for M minutes and time its tuned programs too (tuned_ms, "
                              "tuned_vs_onnxruntime, tuned_vs_openvino)")
+    parser.add_argument("--log-dir", default=None, metavar="DIR",
+                        help="with --tune-minutes: keep each model's tuning log as DIR/NAME.json (resumed by a "
+                             "later run with the same directory; default: a temporary file)")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest relative error that matches")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
     parser.add_argument("--memory-gb", type=float, default=12.0, help="address-space limit per model")
@@ -309,6 +317,10 @@ def main(argv=None) -> int:
     parser.add_argument("--model-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.default_schedules = args.default_schedules or args.smoke
+    if args.log_dir and not args.tune_minutes:
+        parser.error("--log-dir keeps tuning logs: it needs --tune-minutes")
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
     if args.child:
         child(args)
         return 0

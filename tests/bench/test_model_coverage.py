@@ -75,22 +75,26 @@ def test_the_timed_run_reports_the_warm_second_run_beside_the_cold_one(monkeypat
     assert (row["zero_trial_warm_remembered"], row["zero_trial_warm_searched"]) == (7, 0)
 
 
-def test_tuning_a_model_times_and_checks_its_tuned_programs(tmp_path):
-    """``--tune-minutes``: the model tuned for the minutes, its tuned programs checked against the
-    reference, then timed with the baselines timed again beside them (the ratios are theirs)."""
-    import time
+def _tiny_dense():
+    """(partitioned graph, inputs, numpy's outputs) of a one-task model: a dense layer and ReLU."""
     from autosched import graph as G
     from autosched.graph.executor import run_reference
     b = G.GraphBuilder("tiny", seed=0)
     graph = b.graph([b.relu(b.dense(b.input((2, 16)), 8))])
-    part = G.partition(graph)
     inputs = graph.random_inputs(0)
-    want = run_reference(graph, inputs)                      # numpy
+    return G.partition(graph), inputs, run_reference(graph, inputs)
+
+
+def test_tuning_a_model_times_and_checks_its_tuned_programs(tmp_path):
+    """``--tune-minutes``: the model tuned for the minutes, its tuned programs checked against the
+    reference, then timed with the baselines timed again beside them (the ratios are theirs)."""
+    import time
+    part, inputs, want = _tiny_dense()
 
     def baseline(seconds):
         return lambda *arrays: (time.sleep(seconds), want)[1]
     row = {"onnxruntime_ms": 1000.0, "openvino_ms": 1000.0}   # readings of long ago: not used
-    model_coverage._tune(row, part, inputs, minutes=0.05, directory=str(tmp_path),
+    model_coverage._tune(row, part, inputs, minutes=0.05, log=str(tmp_path / "tuned.json"),
                          others={"zero_trial": baseline(0.001), "onnxruntime": baseline(0.002),
                                  "openvino": baseline(0.004)})
     assert row["tuned_trials"] > 0 and row["tuned_tasks_measured"] == len(part.tasks) == 1
@@ -100,3 +104,21 @@ def test_tuning_a_model_times_and_checks_its_tuned_programs(tmp_path):
     assert row["tuned_vs_openvino"] == pytest.approx(row["openvino_ms_after_tuning"] / row["tuned_ms"])
     assert row["tuned_vs_zero_trial"] == pytest.approx(row["zero_trial_ms_after_tuning"] / row["tuned_ms"])
     assert (tmp_path / "tuned.json").stat().st_size > 0      # the log of what was measured
+
+
+def test_a_kept_tuning_log_is_resumed_not_overwritten(tmp_path):
+    """``--log-dir``: the tuning log is the file named for the model, and a second tuning into it
+    appends to what the first measured (it resumes) instead of starting a new log."""
+    part, inputs, want = _tiny_dense()
+    others = {label: (lambda *arrays: want) for label in ("zero_trial", "onnxruntime", "openvino")}
+    log = tmp_path / "tiny.json"
+    model_coverage._tune({}, part, inputs, minutes=0.03, log=str(log), others=others)
+    first = log.read_text()
+    model_coverage._tune({}, part, inputs, minutes=0.03, log=str(log), others=others)
+    assert first and log.read_text().startswith(first) and len(log.read_text()) > len(first)
+
+
+def test_a_log_dir_without_tuning_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        model_coverage.main(["--log-dir", "logs", "--models", "resnet18"])
+    assert exit_info.value.code == 2 and "--log-dir" in capsys.readouterr().err
