@@ -320,7 +320,10 @@ def main(argv=None) -> int:
     if args.log_dir and not args.tune_minutes:
         parser.error("--log-dir keeps tuning logs: it needs --tune-minutes")
     if args.log_dir:
-        os.makedirs(args.log_dir, exist_ok=True)
+        try:
+            os.makedirs(args.log_dir, exist_ok=True)
+        except OSError as err:
+            parser.error(f"--log-dir {args.log_dir}: cannot make that directory ({err.strerror})")
     if args.child:
         child(args)
         return 0

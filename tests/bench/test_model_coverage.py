@@ -4,6 +4,7 @@ the JSON line keeps the benchmark contract; a model that fails is a row, not a s
 from __future__ import annotations
 
 import json
+import pathlib
 import types
 
 import pytest
@@ -106,9 +107,8 @@ def test_tuning_a_model_times_and_checks_its_tuned_programs(tmp_path):
     assert (tmp_path / "tuned.json").stat().st_size > 0      # the log of what was measured
 
 
-def test_a_kept_tuning_log_is_resumed_not_overwritten(tmp_path):
-    """``--log-dir``: the tuning log is the file named for the model, and a second tuning into it
-    appends to what the first measured (it resumes) instead of starting a new log."""
+def test_a_kept_tuning_log_is_appended_to_not_overwritten(tmp_path):
+    """A second tuning into a kept log keeps every line the first wrote and adds its own."""
     part, inputs, want = _tiny_dense()
     others = {label: (lambda *arrays: want) for label in ("zero_trial", "onnxruntime", "openvino")}
     log = tmp_path / "tiny.json"
@@ -116,6 +116,25 @@ def test_a_kept_tuning_log_is_resumed_not_overwritten(tmp_path):
     first = log.read_text()
     model_coverage._tune({}, part, inputs, minutes=0.03, log=str(log), others=others)
     assert first and log.read_text().startswith(first) and len(log.read_text()) > len(first)
+
+
+def test_the_child_tunes_into_the_log_dir(monkeypatch, tmp_path):
+    """``--log-dir``: each model's child is given the directory as an absolute path, and its
+    log is the file named for the model there."""
+    seen = {}
+    monkeypatch.setattr(model_coverage, "_run", lambda cmd, args, env, timeout: seen.setdefault("cmd", cmd) and {})
+    args = types.SimpleNamespace(exporter="torchscript", time=False, default_schedules=False, log_dir="logs",
+                                 timeout=1.0)
+    model_coverage.run_child("tiny", "tiny.onnx", args, None, False, tune_minutes=0.5)
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--log-dir") + 1] == str(pathlib.Path("logs").resolve())
+    calls = []
+    monkeypatch.setattr(model_coverage, "_tune", lambda row, part, inputs, minutes, log, others: calls.append(log))
+    monkeypatch.setattr(model_coverage, "_openvino", lambda path: None)
+    path = model_coverage.model_file("light_squeezenet", "torchscript", str(tmp_path))
+    model_coverage.measure({"workload": "light_squeezenet"}, path, "torchscript", False, False,
+                           zero_trial=False, tune_minutes=0.5, log_dir=str(tmp_path))
+    assert calls == [str(tmp_path / "light_squeezenet.json")]
 
 
 def test_a_log_dir_without_tuning_is_refused(capsys):
